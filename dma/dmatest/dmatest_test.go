@@ -1,0 +1,191 @@
+package dmatest
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/tamanic/tamanic/dma"
+)
+
+func kinds(vs []Violation) []Kind {
+	var k []Kind
+	for _, v := range vs {
+		k = append(k, v.Kind)
+	}
+	return k
+}
+
+func wantOne(t *testing.T, m *Memory, k Kind) Violation {
+	t.Helper()
+	vs := m.Take()
+	if len(vs) != 1 || vs[0].Kind != k {
+		t.Fatalf("violations = %v, want exactly one %v", kinds(vs), k)
+	}
+	return vs[0]
+}
+
+func TestCorrectSequencesAreSilent(t *testing.T) {
+	m := New(t, Options{})
+	tx, _ := m.Alloc(256, 64, dma.Cached)
+	copy(tx.Bytes(), "hello device")
+	m.SyncForDevice(tx, dma.ToDevice)
+	got := make([]byte, 12)
+	if err := m.DeviceRead(tx.Addr(), got); err != nil || string(got) != "hello device" {
+		t.Fatalf("device read %q, %v", got, err)
+	}
+	m.SyncForCPU(tx, dma.ToDevice)
+
+	rx, _ := m.Alloc(1536, 64, dma.Cached)
+	m.SyncForDevice(rx, dma.FromDevice)
+	if err := m.DeviceWrite(rx.Addr()+2, []byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	m.SyncForCPU(rx.Slice(0, 64), dma.FromDevice)
+	if !bytes.Equal(rx.Bytes()[2:7], []byte("frame")) {
+		t.Fatalf("cpu sees %q after invalidate", rx.Bytes()[2:7])
+	}
+	m.SyncForDevice(rx.Slice(0, 64), dma.FromDevice)
+	m.SyncForCPU(rx, dma.FromDevice)
+	if err := m.Free(rx); err != nil {
+		t.Fatal(err)
+	}
+	heap := []byte("payload on the heap")
+	mb, err := m.Map(heap[3:], dma.ToDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mb.Addr()&0xFFF != dma.Addr(dma.Misalignment(heap[3:], 4096)) {
+		t.Fatalf("mapping lost the low address bits: %#x", mb.Addr())
+	}
+	got = make([]byte, len(heap)-3)
+	if err := m.DeviceRead(mb.Addr(), got); err != nil || string(got) != "load on the heap" {
+		t.Fatalf("mapped read %q %v", got, err)
+	}
+	if err := m.Unmap(mb, dma.ToDevice); err != nil {
+		t.Fatal(err)
+	}
+	if l := m.LiveMappings(); len(l) != 0 {
+		t.Fatalf("live mappings: %v", l)
+	}
+	if vs := m.Take(); len(vs) != 0 {
+		t.Fatalf("unexpected violations: %v", vs)
+	}
+}
+
+func TestMissingCleanIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(128, 64, dma.Cached)
+	m.SyncForDevice(b, dma.ToDevice)
+	copy(b.Bytes()[70:], "late write") // after the clean
+	got := make([]byte, 128)
+	_ = m.DeviceRead(b.Addr(), got)
+	v := wantOne(t, m, StaleDeviceRead)
+	if v.Offset != 70 || !strings.Contains(v.Site, "TestMissingCleanIsCaught") {
+		t.Fatalf("violation does not name offset and site: %v", v)
+	}
+	if bytes.Contains(got, []byte("late")) {
+		t.Fatal("device saw bytes that never left the cache")
+	}
+}
+
+func TestDeviceTouchingCPUMemoryIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(64, 64, dma.Cached)
+	_ = m.DeviceWrite(b.Addr(), []byte{1})
+	wantOne(t, m, CPUOwned)
+}
+
+func TestMissingInvalidateIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(256, 64, dma.Cached)
+	m.SyncForDevice(b, dma.FromDevice)
+	_ = m.DeviceWrite(b.Addr()+64, []byte("new data"))
+	if bytes.Contains(b.Bytes(), []byte("new")) {
+		t.Fatal("CPU view changed without an invalidate")
+	}
+	// The driver "reads" and reposts without invalidating.
+	m.SyncForDevice(b, dma.FromDevice)
+	v := wantOne(t, m, StaleCPURead)
+	if v.Offset != 64 {
+		t.Fatalf("offset %d, want 64", v.Offset)
+	}
+	// Taking it back with the wrong direction is no better.
+	_ = m.DeviceWrite(b.Addr(), []byte("x"))
+	m.SyncForCPU(b, dma.ToDevice)
+	wantOne(t, m, StaleCPURead)
+}
+
+func TestFreeWhileDeviceOwnsIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(64, 64, dma.Cached)
+	m.SyncForDevice(b, dma.FromDevice)
+	_ = m.Free(b)
+	wantOne(t, m, FreeWhileDevice)
+}
+
+func TestBadAddressesAreCaught(t *testing.T) {
+	m := New(t, Options{})
+	if err := m.DeviceRead(0x1000, make([]byte, 4)); err == nil {
+		t.Fatal("read of unmapped address succeeded")
+	}
+	wantOne(t, m, BadAddress)
+	heap := make([]byte, 100)
+	mb, _ := m.Map(heap, dma.ToDevice)
+	_ = m.Unmap(mb, dma.ToDevice)
+	_ = m.DeviceRead(mb.Addr(), make([]byte, 4))
+	wantOne(t, m, BadAddress) // use after unmap
+	b, _ := m.Alloc(64, 64, dma.Cached)
+	m.SyncForDevice(b, dma.ToDevice)
+	_ = m.DeviceRead(b.Addr()+60, make([]byte, 8)) // runs past the allocation
+	wantOne(t, m, BadAddress)
+}
+
+func TestMappedBufferReusedInFlightIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	heap := []byte("0123456789")
+	mb, _ := m.Map(heap, dma.ToDevice)
+	heap[5] = 'X' // the stack rewrote the payload before completion
+	_ = m.DeviceRead(mb.Addr(), make([]byte, 10))
+	if v := wantOne(t, m, StaleDeviceRead); v.Offset != 5 {
+		t.Fatalf("offset %d", v.Offset)
+	}
+	_ = m.Unmap(mb, dma.ToDevice)
+}
+
+func TestPartialLineInvalidateIsCaught(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(256, 64, dma.Cached)
+	m.SyncForDevice(b.Slice(8, 64), dma.FromDevice)
+	wantOne(t, m, SharedLine)
+}
+
+func TestCoherentNeedsNoMaintenance(t *testing.T) {
+	m := New(t, Options{})
+	d, _ := m.Alloc(64, 64, dma.Coherent)
+	d.Bytes()[3] = 7
+	v, err := m.Coherent(d.Addr(), 8)
+	if err != nil || v[3] != 7 {
+		t.Fatalf("coherent view %v %v", v, err)
+	}
+	if _, err := m.Coherent(CachedBase, 8); err == nil {
+		t.Fatal("cached memory served as coherent")
+	}
+	wantOne(t, m, BadAddress)
+}
+
+func TestMappingSlotsExhaust(t *testing.T) {
+	m := New(t, Options{MapSlots: 2})
+	p := make([]byte, 8)
+	a, _ := m.Map(p, dma.ToDevice)
+	b, _ := m.Map(p, dma.ToDevice)
+	if _, err := m.Map(p, dma.ToDevice); err == nil {
+		t.Fatal("third mapping succeeded with two slots")
+	}
+	_ = m.Unmap(a, dma.ToDevice)
+	_ = m.Unmap(b, dma.ToDevice)
+	if err := m.Unmap(b, dma.ToDevice); err == nil {
+		t.Fatal("double unmap succeeded")
+	}
+	wantOne(t, m, BadBuffer)
+}

@@ -1,0 +1,167 @@
+package dma
+
+import (
+	"fmt"
+	"sync"
+)
+
+// CacheOps is data cache maintenance by CPU address range, to the point of
+// coherency. Implementations round ranges out to whole lines; Invalidate
+// cleans partial lines at either end first so bytes outside the range are
+// never discarded.
+type CacheOps interface {
+	Clean(start uintptr, n int)
+	Invalidate(start uintptr, n int)
+	CleanInvalidate(start uintptr, n int)
+	// Barrier waits for all earlier memory accesses and maintenance
+	// operations to complete (ARM: DSB SY).
+	Barrier()
+}
+
+// RegionConfig describes one contiguous block of memory reserved for DMA.
+type RegionConfig struct {
+	// Mem is the CPU view of the whole block.
+	Mem []byte
+	// Base is the device address of Mem[0].
+	Base Addr
+}
+
+// SystemConfig describes the DMA view of a real machine.
+type SystemConfig struct {
+	// Cached holds packet buffers; Coherent holds descriptor rings and must
+	// be mapped uncached by the MMU. Either may be empty.
+	Cached, Coherent RegionConfig
+	// RAMStart and RAMEnd bound the CPU addresses Map accepts (the Go heap
+	// lives inside them). Device address = CPU address + BusOffset.
+	RAMStart, RAMEnd uintptr
+	BusOffset        Addr
+	// Cache maintains the data cache; nil on a cache-coherent system.
+	Cache CacheOps
+}
+
+// Buffer tags used by System.
+const (
+	tagCached   = 1
+	tagCoherent = 2
+	tagMapped   = 3
+)
+
+// System is the Memory of a real machine: allocations from reserved regions,
+// mappings of any RAM at CPU address plus a bus offset, and cache
+// maintenance through CacheOps. It is safe for concurrent use.
+type System struct {
+	cfg    SystemConfig
+	mu     sync.Mutex
+	cached *Arena
+	coh    *Arena
+}
+
+// NewSystem returns a System for cfg.
+func NewSystem(cfg SystemConfig) *System {
+	return &System{cfg: cfg, cached: NewArena(len(cfg.Cached.Mem)), coh: NewArena(len(cfg.Coherent.Mem))}
+}
+
+// Alloc implements Memory.
+func (s *System) Alloc(size, align int, attr Attr) (Buffer, error) {
+	r, a, tag := s.region(attr)
+	if attr == Cached && align < CacheLine {
+		align = CacheLine
+	}
+	// Cached allocations are whole lines so no neighbour shares one.
+	n := size
+	if attr == Cached {
+		n = AlignUp(size, CacheLine)
+	}
+	s.mu.Lock()
+	off, err := a.Alloc(n, align)
+	s.mu.Unlock()
+	if err != nil {
+		return Buffer{}, fmt.Errorf("dma: alloc %d bytes (%v): %w", size, attr, err)
+	}
+	// Region bases are at least page aligned, so offset alignment is address
+	// alignment.
+	return Buffer{cpu: r.Mem[off : off+size : off+size], addr: r.Base + Addr(off), tag: tag}, nil
+}
+
+// Free implements Memory.
+func (s *System) Free(b Buffer) error {
+	if b.tag != tagCached && b.tag != tagCoherent {
+		return fmt.Errorf("dma: free: %w", ErrNotMapped)
+	}
+	r, a, _ := s.region(Cached)
+	if b.tag == tagCoherent {
+		r, a, _ = s.region(Coherent)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := a.Release(int(b.addr - r.Base)); err != nil {
+		return fmt.Errorf("dma: free %#x: %w", b.addr, err)
+	}
+	return nil
+}
+
+func (s *System) region(attr Attr) (RegionConfig, *Arena, uint32) {
+	if attr == Coherent {
+		return s.cfg.Coherent, s.coh, tagCoherent
+	}
+	return s.cfg.Cached, s.cached, tagCached
+}
+
+// Map implements Memory.
+func (s *System) Map(p []byte, dir Dir) (Buffer, error) {
+	if len(p) == 0 {
+		return Buffer{}, fmt.Errorf("dma: map of empty slice")
+	}
+	c := cpuAddr(p)
+	if c < s.cfg.RAMStart || c+uintptr(len(p)) > s.cfg.RAMEnd {
+		return Buffer{}, fmt.Errorf("dma: map %#x+%d: %w", c, len(p), ErrUnreadable)
+	}
+	b := Buffer{cpu: p, addr: Addr(c) + s.cfg.BusOffset, tag: tagMapped}
+	s.SyncForDevice(b, dir)
+	return b, nil
+}
+
+// Unmap implements Memory.
+func (s *System) Unmap(b Buffer, dir Dir) error {
+	if b.tag != tagMapped {
+		return fmt.Errorf("dma: unmap %#x: %w", b.addr, ErrNotMapped)
+	}
+	s.SyncForCPU(b, dir)
+	return nil
+}
+
+// SyncForDevice implements Memory.
+func (s *System) SyncForDevice(b Buffer, dir Dir) {
+	if s.cfg.Cache == nil || b.tag == tagCoherent || len(b.cpu) == 0 {
+		s.Barrier()
+		return
+	}
+	c := cpuAddr(b.cpu)
+	switch dir {
+	case ToDevice:
+		s.cfg.Cache.Clean(c, len(b.cpu))
+	case FromDevice:
+		s.cfg.Cache.Invalidate(c, len(b.cpu))
+	default:
+		s.cfg.Cache.CleanInvalidate(c, len(b.cpu))
+	}
+	s.cfg.Cache.Barrier()
+}
+
+// SyncForCPU implements Memory.
+func (s *System) SyncForCPU(b Buffer, dir Dir) {
+	if s.cfg.Cache == nil || b.tag == tagCoherent || len(b.cpu) == 0 || dir == ToDevice {
+		return
+	}
+	// Invalidate again after the transfer: the CPU may have speculatively
+	// refilled lines while the device owned them.
+	s.cfg.Cache.Invalidate(cpuAddr(b.cpu), len(b.cpu))
+	s.cfg.Cache.Barrier()
+}
+
+// Barrier implements Memory.
+func (s *System) Barrier() {
+	if s.cfg.Cache != nil {
+		s.cfg.Cache.Barrier()
+	}
+}
