@@ -1,0 +1,440 @@
+package fec
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"time"
+
+	"github.com/tamanic/tamanic/bounce"
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/mmio"
+)
+
+// Interface is the MAC-PHY interface.
+type Interface int
+
+// MAC-PHY interfaces.
+const (
+	RMII Interface = iota
+	RGMII
+	MII
+)
+
+// Config configures a NIC. Zero fields take the documented defaults.
+type Config struct {
+	Regs mmio.Regs
+	Mem  dma.Memory
+	Caps Caps
+	MAC  [6]byte
+	// Interface selects RMII (default), RGMII or MII.
+	Interface Interface
+	// TxRing and RxRing are descriptor counts (default 256 each).
+	TxRing, RxRing int
+	// RxSpare is the number of extra RX buffers that back zero-copy
+	// hand-off of frames above the copybreak (default RxRing).
+	RxSpare int
+	// Packets bounds received packets held by the caller at once (default
+	// RxSpare + RxRing).
+	Packets int
+	// MaxFrame is the longest frame without FCS (default 1518: a
+	// VLAN-tagged 1500-byte MTU). At most Caps.MaxFrame.
+	MaxFrame int
+	// Strategy is the initial TX placement strategy (default bounce.SG).
+	Strategy bounce.Strategy
+	// Copybreak is the initial RX copybreak in bytes; frames up to it are
+	// copied and the ring buffer reposted at once. Default DefaultCopybreak;
+	// negative disables it.
+	Copybreak int
+	// MaxTxDescs bounds the descriptors of one frame (default 32).
+	MaxTxDescs int
+	// Interrupts selects interrupt-driven operation: EIMR enables TXF, RXF
+	// and EBERR and the platform calls Interrupt from its handler. Otherwise
+	// the caller polls with Poll.
+	Interrupts bool
+	// LegacyBD forces 8-byte legacy descriptors (no checksum offload, no
+	// SHIFT16). Forced on when Caps lack QuirkEnhancedBD.
+	LegacyBD bool
+	// IPGClock is the ENET module clock in Hz for the MDC divider (default
+	// 66 MHz, the i.MX6UL IPG clock).
+	IPGClock uint32
+	// MDIOTimeout bounds one MDIO transaction (default 30 ms, as Linux).
+	MDIOTimeout time.Duration
+	// OnTxDone is called once per frame given to Transmit, after the
+	// hardware has finished with its memory (err nil) or the frame was
+	// aborted by a reset (err wraps ErrAborted). It runs without driver
+	// locks held and may call Transmit.
+	OnTxDone func(cookie any, err error)
+}
+
+// DefaultCopybreak is the RX copybreak default, chosen with
+// BenchmarkRxCopybreak (see the README).
+const DefaultCopybreak = 256
+
+// Errors.
+var (
+	ErrRingFull     = errors.New("fec: TX ring full")
+	ErrFrameTooLong = errors.New("fec: frame too long")
+	ErrFrameShort   = errors.New("fec: frame shorter than an Ethernet header")
+	ErrNoCsum       = errors.New("fec: checksum insertion not available")
+	ErrCsumHeader   = errors.New("fec: checksum offload needs the L2-L4 headers in the first fragment")
+	ErrAborted      = errors.New("fec: frame aborted by MAC reset")
+	ErrTxFailed     = errors.New("fec: transmit error")
+	ErrBusError     = errors.New("fec: DMA bus error (EBERR); MAC restarted")
+	ErrNoRxBuffer   = errors.New("fec: no spare RX buffer; frame dropped")
+	ErrTimeout      = errors.New("fec: timeout")
+	ErrClosed       = errors.New("fec: NIC closed")
+	ErrReleased     = errors.New("fec: packet released twice")
+	ErrNot32Bit     = errors.New("fec: DMA address above 4 GiB")
+)
+
+// NIC is one ENET instance. It is safe for concurrent use: TX and RX take
+// separate locks.
+type NIC struct {
+	cfg      Config
+	regs     mmio.Regs
+	mem      dma.Memory
+	enhanced bool
+	shift16  bool
+	rxBufLen int
+
+	ctl    sync.Mutex // serialises restart and MDIO against each other
+	link   Link
+	mcast  [2]uint32 // GAUR, GALR
+	closed bool
+
+	tx txRing
+	rx rxRing
+
+	rxReady chan struct{}
+	ev      evStats
+	mib0    [mibCount]uint32 // MIB values at the last restart
+}
+
+// New allocates rings and buffers and returns a NIC that has not touched
+// the hardware yet; call Init.
+func New(cfg Config) (*NIC, error) {
+	if cfg.Regs == nil || cfg.Mem == nil {
+		return nil, errors.New("fec: Config.Regs and Config.Mem are required")
+	}
+	if cfg.Caps.Name == "" {
+		return nil, errors.New("fec: Config.Caps is required (see CapsFor)")
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.TxRing, 256)
+	def(&cfg.RxRing, 256)
+	def(&cfg.RxSpare, cfg.RxRing)
+	def(&cfg.Packets, cfg.RxSpare+cfg.RxRing)
+	def(&cfg.MaxFrame, 1518)
+	def(&cfg.MaxTxDescs, 32)
+	def(&cfg.Copybreak, DefaultCopybreak)
+	if cfg.IPGClock == 0 {
+		cfg.IPGClock = 66_000_000
+	}
+	if cfg.MDIOTimeout == 0 {
+		cfg.MDIOTimeout = 30 * time.Millisecond
+	}
+	if cfg.MaxFrame > cfg.Caps.MaxFrame || cfg.MaxFrame < 64 {
+		return nil, fmt.Errorf("fec: MaxFrame %d outside 64..%d for %s", cfg.MaxFrame, cfg.Caps.MaxFrame, cfg.Caps.Name)
+	}
+	if cfg.TxRing < 4 || cfg.RxRing < 2 || cfg.MaxTxDescs > bounce.MaxSegs || cfg.MaxTxDescs > cfg.TxRing {
+		return nil, fmt.Errorf("fec: ring sizes TX %d RX %d, %d descriptors per frame: out of range", cfg.TxRing, cfg.RxRing, cfg.MaxTxDescs)
+	}
+	n := &NIC{cfg: cfg, regs: cfg.Regs, mem: cfg.Mem, rxReady: make(chan struct{}, 1)}
+	n.enhanced = cfg.Caps.Has(QuirkEnhancedBD) && !cfg.LegacyBD
+	n.shift16 = n.enhanced && cfg.Caps.Has(QuirkRACC)
+	// FCS and the SHIFT16 pad land in the buffer too.
+	n.rxBufLen = dma.AlignUp(cfg.MaxFrame+4+2, 64)
+	if err := n.tx.alloc(n); err != nil {
+		return nil, err
+	}
+	if err := n.rx.alloc(n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *NIC) descSize() int {
+	if n.enhanced {
+		return EnhancedDescSize
+	}
+	return LegacyDescSize
+}
+
+// Caps returns the NIC's capability table entry.
+func (n *NIC) Caps() Caps { return n.cfg.Caps }
+
+// CsumOffload reports whether TX checksum insertion and RX verdicts work.
+func (n *NIC) CsumOffload() bool { return n.enhanced && n.cfg.Caps.Has(QuirkCsum) }
+
+// MaxFrame returns the longest frame (without FCS) the NIC sends or accepts.
+func (n *NIC) MaxFrame() int { return n.cfg.MaxFrame }
+
+// MaxTxDescs returns the most descriptors one frame may use.
+func (n *NIC) MaxTxDescs() int { return n.cfg.MaxTxDescs }
+
+// MAC returns the station address.
+func (n *NIC) MAC() [6]byte { return n.cfg.MAC }
+
+// Init resets the MAC and brings it up at 100 Mb/s full duplex (or the last
+// link set), with rings empty.
+func (n *NIC) Init() error {
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	if n.link.Speed == 0 {
+		n.link = Link{Up: true, Speed: 100, FullDuplex: true}
+	}
+	return n.restartLocked()
+}
+
+// SetLink reprograms speed and duplex after autonegotiation. Like Linux it
+// restarts the MAC: frames in flight complete with ErrAborted.
+func (n *NIC) SetLink(l Link) error {
+	if l.Speed == 1000 && !n.cfg.Caps.Has(QuirkGbit) {
+		return fmt.Errorf("fec: %s has no 1000 Mb/s mode", n.cfg.Caps.Name)
+	}
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	n.link = l
+	return n.restartLocked()
+}
+
+// Link returns the link the MAC is programmed for.
+func (n *NIC) Link() Link {
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	return n.link
+}
+
+// restartLocked follows Linux's fec_restart order (reset, address, events,
+// rings, ring registers, TCR, MSCR, RACC/FTRL, RCR, filters, TFWR, MIB,
+// ECR, RDAR, EIMR). Called with ctl held; takes the TX and RX locks.
+func (n *NIC) restartLocked() error {
+	n.tx.mu.Lock()
+	n.rx.mu.Lock()
+	done := n.restartRingsLocked()
+	n.rx.mu.Unlock()
+	n.tx.mu.Unlock()
+	n.complete(done)
+	return nil
+}
+
+func (n *NIC) restartRingsLocked() []txDone {
+	r := n.regs
+	// 1. Reset. The multi-queue parts are stopped with ECR=0 instead (AXI).
+	if n.cfg.Caps.Has(QuirkMultiQueue) {
+		r.Write32(ENETx_ECR, 0)
+	} else {
+		r.Write32(ENETx_ECR, ECR_RESET)
+		for i := 0; i < 1000 && r.Read32(ENETx_ECR)&ECR_RESET != 0; i++ {
+		}
+	}
+	n.ev.restarts++
+	// 2. Station address (reset clears it).
+	m := n.cfg.MAC
+	r.Write32(ENETx_PALR, uint32(m[0])<<24|uint32(m[1])<<16|uint32(m[2])<<8|uint32(m[3]))
+	r.Write32(ENETx_PAUR, uint32(m[4])<<24|uint32(m[5])<<16|0x8808)
+	// 3. Clear all events but MII.
+	r.Write32(ENETx_EIR, ^uint32(EIR_MII))
+	// 4. Rings: frames in flight are aborted.
+	done := n.tx.reset(n)
+	n.rx.reset(n)
+	// 5. Ring registers.
+	r.Write32(ENETx_RDSR, uint32(n.rx.desc.Addr()))
+	r.Write32(ENETx_TDSR, uint32(n.tx.desc.Addr()))
+	r.Write32(ENETx_MRBR, uint32(n.rxBufLen)&MRBR_R_BUF_SIZE_MASK)
+	// 6. TCR.
+	var tcr uint32
+	if n.link.FullDuplex {
+		tcr |= TCR_FDEN
+	}
+	r.Write32(ENETx_TCR, tcr)
+	// 7. MDC: MII_SPEED = ceil(ipg / 5 MHz) - 1 (2.5 MHz MDC), HOLDTIME =
+	// ceil(ipg / 100 MHz) - 1.
+	if n.cfg.Caps.Has(QuirkClearSetupMII) {
+		r.Write32(ENETx_MMFR, 0)
+	}
+	r.Write32(ENETx_MSCR, n.mscr())
+	// 8. RX accelerator and truncation length.
+	if n.cfg.Caps.Has(QuirkRACC) {
+		var racc uint32
+		if n.shift16 {
+			racc |= RACC_SHIFT16
+		}
+		r.Write32(ENETx_RACC, racc)
+	}
+	r.Write32(ENETx_FTRL, uint32(n.cfg.MaxFrame+4))
+	// 9. RCR, written whole (QEMU drops bits on read-back; reset has LOOP).
+	r.Write32(ENETx_RCR, n.rcr())
+	// 10. Filters.
+	r.Write32(ENETx_IAUR, 0)
+	r.Write32(ENETx_IALR, 0)
+	r.Write32(ENETx_GAUR, n.mcast[0])
+	r.Write32(ENETx_GALR, n.mcast[1])
+	// 11. Store and forward (needed for checksum insertion).
+	r.Write32(ENETx_TFWR, TFWR_STRFWD)
+	// 12. MIB on; remember where the counters start.
+	r.Write32(ENETx_MIBC, 0)
+	for i, c := range mibTable {
+		n.mib0[i] = r.Read32(c.off)
+	}
+	// 13. Enable.
+	ecr := uint32(ECR_ETHEREN | ECR_DBSWP)
+	if n.enhanced {
+		ecr |= ECR_EN1588
+	}
+	if n.link.Speed == 1000 {
+		ecr |= ECR_SPEED
+	}
+	r.Write32(ENETx_ECR, ecr)
+	r.Write32(ENETx_RDAR, DAR_ACTIVE)
+	var eimr uint32
+	if n.cfg.Interrupts {
+		eimr = EIR_TXF | EIR_RXF | EIR_EBERR
+	}
+	r.Write32(ENETx_EIMR, eimr)
+	return done
+}
+
+func (n *NIC) mscr() uint32 {
+	ipg := n.cfg.IPGClock
+	speed := (ipg+5_000_000-1)/5_000_000 - 1
+	speed = min(speed, 63)
+	hold := (ipg+100_000_000-1)/100_000_000 - 1
+	return speed<<MSCR_SPEED | hold<<MSCR_HOLD
+}
+
+func (n *NIC) rcr() uint32 {
+	rcr := uint32(n.cfg.MaxFrame+4)<<RCR_MAX_FL | RCR_MII_MODE
+	switch n.cfg.Interface {
+	case RMII:
+		rcr |= RCR_RMII_MODE
+		if n.link.Speed == 10 {
+			rcr |= RCR_RMII_10T
+		}
+	case RGMII:
+		rcr |= RCR_RGMII_EN
+	}
+	if !n.link.FullDuplex {
+		rcr |= RCR_DRT
+	}
+	return rcr
+}
+
+// Close stops the MAC, aborts frames in flight and frees all DMA memory.
+// Packets still held by the caller stay valid until released.
+func (n *NIC) Close() error {
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	if n.closed {
+		return ErrClosed
+	}
+	n.closed = true
+	n.regs.Write32(ENETx_EIMR, 0)
+	n.regs.Write32(ENETx_ECR, 0)
+	n.tx.mu.Lock()
+	done := n.tx.reset(n)
+	err := n.tx.free(n)
+	n.tx.mu.Unlock()
+	n.complete(done)
+	n.rx.mu.Lock()
+	err = errors.Join(err, n.rx.free(n))
+	n.rx.mu.Unlock()
+	return err
+}
+
+// SetMulticast programs the group hash filter for addrs (p906, 22.5.21
+// ENETx_GAUR/GALR): the top 6 bits of the little-endian CRC-32 of each
+// address select one of 64 bits.
+func (n *NIC) SetMulticast(addrs [][6]byte) {
+	var h [2]uint32
+	for _, a := range addrs {
+		i := HashIndex(a)
+		h[1-i/32] |= 1 << (i % 32)
+	}
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	n.mcast = h
+	n.regs.Write32(ENETx_GAUR, h[0])
+	n.regs.Write32(ENETx_GALR, h[1])
+}
+
+// SetAllMulticast accepts every multicast frame.
+func (n *NIC) SetAllMulticast() {
+	n.ctl.Lock()
+	defer n.ctl.Unlock()
+	n.mcast = [2]uint32{^uint32(0), ^uint32(0)}
+	n.regs.Write32(ENETx_GAUR, n.mcast[0])
+	n.regs.Write32(ENETx_GALR, n.mcast[1])
+}
+
+// HashIndex returns the hash table bit (0..63) the ENET uses for address a:
+// bits 31:26 of the CRC-32 (reflected, initial value all ones, no final
+// inversion) of the address. Bits 32..63 live in the upper register.
+func HashIndex(a [6]byte) int {
+	crc := ^crc32.ChecksumIEEE(a[:])
+	return int(crc >> 26)
+}
+
+// Events are decoded interrupt events.
+type Events uint32
+
+// Interrupt services the ENET interrupt: it acknowledges the enabled events,
+// reclaims completed TX descriptors, wakes RX waiters and restarts the MAC
+// after a bus error. The platform calls it from its interrupt handler.
+func (n *NIC) Interrupt() (Events, error) {
+	ev := n.regs.Read32(ENETx_EIR) & n.regs.Read32(ENETx_EIMR)
+	return n.service(ev)
+}
+
+// Poll does the work of Interrupt without relying on the interrupt mask:
+// for polled operation.
+func (n *NIC) Poll() (Events, error) {
+	ev := n.regs.Read32(ENETx_EIR) &^ EIR_MII
+	return n.service(ev)
+}
+
+func (n *NIC) service(ev uint32) (Events, error) {
+	if ev != 0 {
+		n.regs.Write32(ENETx_EIR, ev) // write 1 to clear exactly these
+	}
+	if ev&EIR_EBERR != 0 {
+		n.ctl.Lock()
+		n.ev.busErrors++
+		err := n.restartLocked()
+		n.ctl.Unlock()
+		return Events(ev), errors.Join(ErrBusError, err)
+	}
+	n.Reclaim()
+	if ev&(EIR_RXF|EIR_RXB) != 0 || n.cfg.Interrupts == false {
+		select {
+		case n.rxReady <- struct{}{}:
+		default:
+		}
+	}
+	return Events(ev), nil
+}
+
+// RxReady is signalled (without blocking; one token) when frames may be
+// waiting: after an RX interrupt, or on every Poll.
+func (n *NIC) RxReady() <-chan struct{} { return n.rxReady }
+
+// txDone is one completion to report.
+type txDone struct {
+	cookie any
+	err    error
+}
+
+func (n *NIC) complete(done []txDone) {
+	if n.cfg.OnTxDone == nil {
+		return
+	}
+	for _, d := range done {
+		n.cfg.OnTxDone(d.cookie, d.err)
+	}
+}

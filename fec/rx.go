@@ -1,0 +1,368 @@
+package fec
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// CsumInfo is the hardware's RX checksum verdict. A field is true only when
+// the MAC really checked that checksum and found it good.
+type CsumInfo struct {
+	IPv4 bool // IPv4 header checksum verified
+	L4   bool // TCP or UDP checksum verified (pseudo-header included)
+}
+
+// Packet is a received frame (without FCS). Data stays valid until Release.
+type Packet struct {
+	Data []byte
+	Csum CsumInfo
+
+	nic   *NIC
+	buf   dma.Buffer // zero-copy: the ring buffer itself
+	small []byte     // copybreak: the pooled copy
+	held  bool
+}
+
+// Release returns the packet's memory to the driver. Releasing twice is an
+// error (counted), never a corruption.
+func (p *Packet) Release() error {
+	n := p.nic
+	r := &n.rx
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !p.held {
+		r.stats.DoubleRelease++
+		return ErrReleased
+	}
+	if p.buf.Valid() {
+		if r.closed {
+			n.mem.SyncForCPU(p.buf, dma.FromDevice)
+			_ = n.mem.Free(p.buf)
+		} else {
+			r.spares = append(r.spares, p.buf)
+		}
+	}
+	if p.small != nil {
+		c := sizeClass(cap(p.small))
+		r.small[c] = append(r.small[c], p.small[:cap(p.small)])
+	}
+	p.buf, p.small, p.Data, p.held = dma.Buffer{}, nil, nil, false
+	r.freePkts = append(r.freePkts, p)
+	return nil
+}
+
+// RxErrorKind classifies a dropped frame.
+type RxErrorKind int
+
+// Kinds of dropped frames.
+const (
+	RxCRC RxErrorKind = iota + 1
+	RxOverrun
+	RxTooLong
+	RxTruncated
+	RxNonOctet
+	RxMACError
+	RxMultiBuffer
+	RxRunt
+	RxBadChecksum
+)
+
+var rxKindNames = map[RxErrorKind]string{RxCRC: "CRC error", RxOverrun: "FIFO overrun", RxTooLong: "frame too long",
+	RxTruncated: "truncated", RxNonOctet: "non-octet-aligned", RxMACError: "MAC/PHY error",
+	RxMultiBuffer: "frame spans buffers", RxRunt: "runt", RxBadChecksum: "bad checksum"}
+
+func (k RxErrorKind) String() string { return rxKindNames[k] }
+
+// FrameError reports a received frame the driver counted and dropped.
+type FrameError struct {
+	Kind   RxErrorKind
+	Status RxStatus
+	Ext    uint32 // enhanced status/control word
+	Len    int    // length the MAC reported
+}
+
+func (e *FrameError) Error() string {
+	return fmt.Sprintf("fec: dropped RX frame: %v (status %v ext %#08x len %d)", e.Kind, e.Status, e.Ext, e.Len)
+}
+
+const nClasses = 6 // copybreak buffers of 64 << k bytes
+
+func sizeClass(n int) int {
+	c := 0
+	for 64<<c < n && c < nClasses-1 {
+		c++
+	}
+	return c
+}
+
+type rxRing struct {
+	mu        sync.Mutex
+	desc      dma.Buffer
+	r         ring
+	bufs      []dma.Buffer // buffer of each descriptor
+	spares    []dma.Buffer
+	cur       int
+	dropping  bool // inside a frame that spans buffers
+	posted    bool // buffers handed to the device once
+	closed    bool
+	copybreak int
+	pkts      []Packet
+	freePkts  []*Packet
+	small     [nClasses][][]byte
+	stats     RxStats
+}
+
+func (r *rxRing) alloc(n *NIC) error {
+	cnt := n.cfg.RxRing
+	r.r = ring{size: n.descSize(), n: cnt}
+	var err error
+	if r.desc, err = n.mem.Alloc(cnt*r.r.size, n.cfg.Caps.RingAlign, dma.Coherent); err != nil {
+		return fmt.Errorf("fec: RX ring: %w", err)
+	}
+	r.r.mem = r.desc.Bytes()
+	align := max(n.cfg.Caps.RxAlign, dma.CacheLine)
+	r.bufs = make([]dma.Buffer, cnt)
+	for i := range r.bufs {
+		if r.bufs[i], err = n.mem.Alloc(n.rxBufLen, align, dma.Cached); err != nil {
+			return fmt.Errorf("fec: RX buffer %d: %w", i, err)
+		}
+	}
+	r.spares = make([]dma.Buffer, 0, n.cfg.RxSpare+cnt)
+	for i := 0; i < n.cfg.RxSpare; i++ {
+		b, err := n.mem.Alloc(n.rxBufLen, align, dma.Cached)
+		if err != nil {
+			return fmt.Errorf("fec: RX spare buffer %d: %w", i, err)
+		}
+		r.spares = append(r.spares, b)
+	}
+	r.pkts = make([]Packet, n.cfg.Packets)
+	r.freePkts = make([]*Packet, 0, len(r.pkts))
+	for i := range r.pkts {
+		r.pkts[i].nic = n
+		r.freePkts = append(r.freePkts, &r.pkts[i])
+	}
+	r.copybreak = n.cfg.Copybreak
+	return nil
+}
+
+func (r *rxRing) free(n *NIC) error {
+	r.closed = true
+	var first error
+	release := func(b dma.Buffer) {
+		n.mem.SyncForCPU(b, dma.FromDevice)
+		if err := n.mem.Free(b); err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, b := range r.bufs {
+		release(b)
+	}
+	for _, b := range r.spares {
+		release(b)
+	}
+	r.bufs, r.spares = nil, nil
+	if err := n.mem.Free(r.desc); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// reset rebuilds the ring with every buffer empty and owned by the uDMA.
+func (r *rxRing) reset(n *NIC) {
+	for i := 0; i < r.r.n; i++ {
+		if !r.posted {
+			n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
+		}
+		r.fill(n, i)
+	}
+	r.posted = true
+	r.cur, r.dropping = 0, false
+}
+
+// fill hands descriptor i and its buffer to the uDMA. The extended words are
+// reset because the MAC (and QEMU, which never writes them) may leave stale
+// verdicts there.
+func (r *rxRing) fill(n *NIC, i int) {
+	r.r.store(i, dwAddr, uint32(r.bufs[i].Addr()))
+	if n.enhanced {
+		r.r.store(i, dwExt0, RXE_INT)
+		r.r.store(i, dwExt1, 0)
+		r.r.store(i, dwExt2, 0)
+	}
+	st := RX_E
+	if i == r.r.n-1 {
+		st |= RX_W
+	}
+	n.mem.Barrier()
+	r.r.store(i, dwLenStatus, lenStatus(0, uint16(st)))
+}
+
+// repost returns descriptor i to the uDMA and advances.
+func (r *rxRing) repost(n *NIC, i int) {
+	r.fill(n, i)
+	r.cur = (i + 1) % r.r.n
+	n.regs.Write32(ENETx_RDAR, DAR_ACTIVE)
+}
+
+// SetCopybreak sets the RX copybreak: frames up to b bytes are copied into a
+// right-sized buffer and the ring buffer is reposted at once; larger frames
+// are handed up in their ring buffer, replaced by a spare. Negative disables
+// copying entirely.
+func (n *NIC) SetCopybreak(b int) {
+	n.rx.mu.Lock()
+	n.rx.copybreak = min(b, 64<<(nClasses-1))
+	n.rx.mu.Unlock()
+}
+
+// Copybreak returns the RX copybreak.
+func (n *NIC) Copybreak() int {
+	n.rx.mu.Lock()
+	defer n.rx.mu.Unlock()
+	return n.rx.copybreak
+}
+
+// Receive returns the next received frame, or (nil, nil) when none is
+// waiting. A frame the driver drops (bad CRC, overrun, runt, bad checksum,
+// no buffer...) is counted and reported as an error (*FrameError, or one
+// wrapping ErrNoRxBuffer); call Receive again for the next frame.
+func (n *NIC) Receive() (*Packet, error) {
+	r := &n.rx
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	for {
+		i := r.cur
+		ls := r.r.load(i, dwLenStatus)
+		st := RxStatus(ls >> 16)
+		if st&RX_E != 0 {
+			return nil, nil
+		}
+		length := int(ls & 0xFFFF)
+		var e0, e1 uint32
+		if n.enhanced {
+			e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+		}
+		fe := func(k RxErrorKind) (*Packet, error) {
+			r.stats.count(k)
+			r.repost(n, i)
+			return nil, &FrameError{Kind: k, Status: st, Ext: e0, Len: length}
+		}
+		if st&RX_L == 0 {
+			// With MRBR above MAX_FL this only happens to frames the MAC
+			// should have cut: drop every buffer up to L as one frame.
+			if !r.dropping {
+				r.dropping = true
+				r.stats.count(RxMultiBuffer)
+			}
+			r.repost(n, i)
+			continue
+		}
+		if r.dropping {
+			r.dropping = false
+			r.repost(n, i)
+			return nil, &FrameError{Kind: RxMultiBuffer, Status: st, Ext: e0, Len: length}
+		}
+		switch {
+		case st&RX_OV != 0: // other bits are meaningless with OV
+			return fe(RxOverrun)
+		case st&RX_TR != 0:
+			return fe(RxTruncated)
+		case st&RX_LG != 0:
+			return fe(RxTooLong)
+		case st&RX_NO != 0:
+			return fe(RxNonOctet)
+		case st&RX_CR != 0:
+			return fe(RxCRC)
+		case e0&rxeErrMask != 0:
+			return fe(RxMACError)
+		}
+		off := 0
+		if n.shift16 {
+			off = 2
+		}
+		plen := length - 4 - off
+		if plen < 14 {
+			return fe(RxRunt)
+		}
+		if plen > n.cfg.MaxFrame || length > n.rxBufLen {
+			return fe(RxTooLong)
+		}
+		buf := r.bufs[i]
+		synced := buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len()))
+		n.mem.SyncForCPU(synced, dma.FromDevice)
+		r.stats.Invalidated += uint64(synced.Len())
+		csum, bad := n.rxVerdict(e0, e1)
+		if bad {
+			n.mem.SyncForDevice(synced, dma.FromDevice)
+			return fe(RxBadChecksum)
+		}
+		if len(r.freePkts) == 0 {
+			r.stats.NoBuffer++
+			n.mem.SyncForDevice(synced, dma.FromDevice)
+			r.repost(n, i)
+			return nil, fmt.Errorf("%w: all %d packets held by the caller", ErrNoRxBuffer, len(r.pkts))
+		}
+		p := r.freePkts[len(r.freePkts)-1]
+		if plen <= r.copybreak {
+			c := sizeClass(plen)
+			var sb []byte
+			if k := len(r.small[c]); k > 0 {
+				sb = r.small[c][k-1]
+				r.small[c] = r.small[c][:k-1]
+			} else {
+				sb = make([]byte, 64<<c)
+			}
+			p.small = sb
+			p.Data = sb[:copy(sb, buf.Bytes()[off:off+plen])]
+			n.mem.SyncForDevice(synced, dma.FromDevice)
+			r.stats.Copybreak++
+			r.stats.Copied += uint64(plen)
+		} else {
+			if len(r.spares) == 0 {
+				r.stats.NoBuffer++
+				n.mem.SyncForDevice(synced, dma.FromDevice)
+				r.repost(n, i)
+				return nil, fmt.Errorf("%w: all %d spare buffers held by the caller", ErrNoRxBuffer, cap(r.spares))
+			}
+			spare := r.spares[len(r.spares)-1]
+			r.spares = r.spares[:len(r.spares)-1]
+			n.mem.SyncForDevice(spare, dma.FromDevice)
+			r.bufs[i] = spare
+			p.buf = buf
+			p.Data = buf.Bytes()[off : off+plen]
+			r.stats.ZeroCopy++
+		}
+		r.freePkts = r.freePkts[:len(r.freePkts)-1]
+		p.Csum, p.held = csum, true
+		r.stats.Frames++
+		r.stats.Bytes += uint64(plen)
+		r.repost(n, i)
+		return p, nil
+	}
+}
+
+// rxVerdict decodes the enhanced descriptor's checksum results. The MAC
+// writes a non-zero header length when it parsed an IP header; only then are
+// ICE and PCR meaningful. (QEMU never writes these fields, and the driver
+// clears them on refill, so under QEMU no checksum is claimed verified.)
+func (n *NIC) rxVerdict(e0, e1 uint32) (CsumInfo, bool) {
+	var c CsumInfo
+	if !n.CsumOffload() || (e1>>16)&0xFF == 0 {
+		return c, false
+	}
+	bad := false
+	if e0&RXE_IPV6 == 0 {
+		c.IPv4 = e0&RXE_ICE == 0
+		bad = !c.IPv4
+	}
+	if proto := e1 >> 24; (proto == pkt.ProtoTCP || proto == pkt.ProtoUDP) && e0&RXE_FRAG == 0 {
+		c.L4 = e0&RXE_PCR == 0
+		bad = bad || !c.L4
+	}
+	return c, bad
+}

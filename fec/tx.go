@@ -1,0 +1,413 @@
+package fec
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/tamanic/tamanic/bounce"
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// SlotSize is the aligned scratch area of each TX descriptor: a TSO header
+// or a misaligned fragment head (Linux's TSO_HEADER_SIZE).
+const SlotSize = 256
+
+// TxOptions qualify one frame.
+type TxOptions struct {
+	// Csum asks the MAC to insert the IPv4 header checksum and the TCP or
+	// UDP checksum (not for IP fragments, whose transport checksum the
+	// caller computes). The driver zeroes both fields in the caller's first
+	// fragment, as the hardware requires; the L2-L4 headers up to the
+	// transport checksum must lie in that fragment.
+	Csum bool
+}
+
+// txSlot is the software state of one TX descriptor.
+type txSlot struct {
+	mapped  dma.Buffer // in-place mapping, unmapped at completion
+	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
+	last    bool
+	cookie  any
+}
+
+type txRing struct {
+	mu     sync.Mutex
+	desc   dma.Buffer
+	r      ring
+	slots  []txSlot
+	slotAr dma.Buffer // n * SlotSize
+	bncAr  dma.Buffer // n * bncLen
+	bncLen int
+	// cur is the next descriptor to fill, dirty the oldest one in flight.
+	cur, dirty, inFlight int
+	strategy             bounce.Strategy
+	placer               bounce.Placer
+	plan                 bounce.Plan
+	done                 []txDone // completion scratch, reused
+	stats                TxStats
+}
+
+// Scratch for bounce.Placer: memory of the j-th descriptor of the frame
+// being built.
+func (t *txRing) Slot(j int) []byte {
+	i := (t.cur + j) % t.r.n
+	return t.slotAr.Bytes()[i*SlotSize : (i+1)*SlotSize]
+}
+
+func (t *txRing) Bounce(j int) []byte {
+	i := (t.cur + j) % t.r.n
+	return t.bncAr.Bytes()[i*t.bncLen : (i+1)*t.bncLen]
+}
+
+func (t *txRing) alloc(n *NIC) error {
+	var err error
+	cnt := n.cfg.TxRing
+	t.r = ring{size: n.descSize(), n: cnt}
+	if t.desc, err = n.mem.Alloc(cnt*t.r.size, n.cfg.Caps.RingAlign, dma.Coherent); err != nil {
+		return fmt.Errorf("fec: TX ring: %w", err)
+	}
+	t.r.mem = t.desc.Bytes()
+	t.bncLen = dma.AlignUp(n.cfg.MaxFrame, dma.CacheLine)
+	if t.slotAr, err = n.mem.Alloc(cnt*SlotSize, 64, dma.Cached); err != nil {
+		return fmt.Errorf("fec: TX header slots: %w", err)
+	}
+	if t.bncAr, err = n.mem.Alloc(cnt*t.bncLen, 64, dma.Cached); err != nil {
+		return fmt.Errorf("fec: TX bounce buffers: %w", err)
+	}
+	t.slots = make([]txSlot, cnt)
+	t.done = make([]txDone, 0, cnt)
+	t.strategy = n.cfg.Strategy
+	t.placer = bounce.Placer{Align: max(n.cfg.Caps.TxAlign, 1), MaxDescs: n.cfg.MaxTxDescs}
+	return nil
+}
+
+func (t *txRing) free(n *NIC) error {
+	var errs []error
+	for _, b := range []dma.Buffer{t.desc, t.slotAr, t.bncAr} {
+		if b.Valid() {
+			errs = append(errs, n.mem.Free(b))
+		}
+	}
+	t.desc, t.slotAr, t.bncAr = dma.Buffer{}, dma.Buffer{}, dma.Buffer{}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// reset releases every descriptor (frames in flight complete with
+// ErrAborted) and rebuilds the ring empty. The MAC must be stopped.
+func (t *txRing) reset(n *NIC) []txDone {
+	t.done = t.done[:0]
+	for t.inFlight > 0 {
+		t.release(n, t.dirty, ErrAborted)
+		t.dirty = (t.dirty + 1) % t.r.n
+		t.inFlight--
+	}
+	for i := 0; i < t.r.n; i++ {
+		for w := 0; w < t.r.size; w += 4 {
+			t.r.store(i, w, 0)
+		}
+	}
+	t.r.store(t.r.n-1, dwLenStatus, lenStatus(0, uint16(TX_W)))
+	t.cur, t.dirty = 0, 0
+	return t.done
+}
+
+// release undoes the mappings of descriptor i and queues its completion.
+func (t *txRing) release(n *NIC, i int, err error) {
+	s := &t.slots[i]
+	if s.mapped.Valid() {
+		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
+			err = uerr
+		}
+	}
+	if s.scratch.Valid() {
+		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
+	}
+	if s.last {
+		t.done = append(t.done, txDone{cookie: s.cookie, err: err})
+	}
+	*s = txSlot{}
+}
+
+// SetStrategy switches TX placement; frames already queued are unaffected.
+func (n *NIC) SetStrategy(s bounce.Strategy) {
+	n.tx.mu.Lock()
+	n.tx.strategy = s
+	n.tx.mu.Unlock()
+}
+
+// Strategy returns the current TX placement strategy.
+func (n *NIC) Strategy() bounce.Strategy {
+	n.tx.mu.Lock()
+	defer n.tx.mu.Unlock()
+	return n.tx.strategy
+}
+
+// TxFree returns the number of free TX descriptors.
+func (n *NIC) TxFree() int {
+	n.tx.mu.Lock()
+	defer n.tx.mu.Unlock()
+	return n.tx.r.n - n.tx.inFlight
+}
+
+// Transmit queues one frame made of frags (in wire order, without FCS). The
+// memory of frags must stay unchanged until OnTxDone reports the frame:
+// fragments may be sent in place. cookie is handed to OnTxDone.
+//
+// It fails, with nothing queued and nothing dropped, with an error wrapping
+// ErrRingFull when the ring has fewer than MaxTxDescs free descriptors after
+// reclaiming; the caller keeps the frame and retries after a completion.
+func (n *NIC) Transmit(frags [][]byte, opts TxOptions, cookie any) error {
+	t := &n.tx
+	t.mu.Lock()
+	err := n.transmitLocked(frags, opts, cookie)
+	done := t.done
+	t.done = t.done[:0]
+	t.mu.Unlock()
+	n.complete(done)
+	return err
+}
+
+func (n *NIC) transmitLocked(frags [][]byte, opts TxOptions, cookie any) error {
+	t := &n.tx
+	if !t.desc.Valid() {
+		return ErrClosed
+	}
+	total := 0
+	for _, f := range frags {
+		total += len(f)
+	}
+	if total < 14 {
+		t.stats.TooShort++
+		return fmt.Errorf("%w: %d bytes", ErrFrameShort, total)
+	}
+	if total > n.cfg.MaxFrame {
+		t.stats.TooLong++
+		return fmt.Errorf("%w: %d bytes, max %d", ErrFrameTooLong, total, n.cfg.MaxFrame)
+	}
+	if t.r.n-t.inFlight < n.cfg.MaxTxDescs {
+		t.reclaimLocked(n)
+		if t.r.n-t.inFlight < n.cfg.MaxTxDescs {
+			t.stats.RingFull++
+			return fmt.Errorf("%w: %d of %d descriptors in flight", ErrRingFull, t.inFlight, t.r.n)
+		}
+	}
+	if opts.Csum {
+		if !n.CsumOffload() {
+			return ErrNoCsum
+		}
+		if err := zeroCsums(frags[0]); err != nil {
+			t.stats.CsumErrors++
+			return err
+		}
+	}
+	if err := t.placer.Place(t.strategy, frags, t, &t.plan); err != nil {
+		return fmt.Errorf("fec: placing %d-byte frame: %w", total, err)
+	}
+	return n.post(opts, cookie)
+}
+
+// zeroCsums clears the IPv4 header checksum and the TCP/UDP checksum, which
+// the MAC computes (pseudo-header included) over zeroed fields.
+func zeroCsums(f []byte) error {
+	h, err := pkt.Parse(f)
+	if err != nil && err != pkt.ErrTruncated {
+		return fmt.Errorf("%w: %v", ErrCsumHeader, err)
+	}
+	if err == pkt.ErrTruncated || h.CsumOff+2 > len(f) {
+		return fmt.Errorf("%w: first fragment is %d bytes", ErrCsumHeader, len(f))
+	}
+	if !h.IPv6 {
+		f[h.L3+10], f[h.L3+11] = 0, 0
+	}
+	if h.CsumOff >= 0 {
+		f[h.CsumOff], f[h.CsumOff+1] = 0, 0
+	}
+	return nil
+}
+
+// post maps and publishes the frame in t.plan. Slots of the frame are not
+// marked last until published, so releasing them on failure reports
+// nothing.
+func (n *NIC) post(opts TxOptions, cookie any) error {
+	t := &n.tx
+	segs := t.plan.Segments()
+	// Map and sync everything first, so a failure leaves the ring untouched.
+	for j, s := range segs {
+		i := (t.cur + j) % t.r.n
+		sl := &t.slots[i]
+		var b dma.Buffer
+		if s.Copied {
+			b = t.scratchBuf(i, s.Data)
+			n.mem.SyncForDevice(b, dma.ToDevice)
+			sl.scratch = b
+		} else {
+			var err error
+			if b, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
+				t.stats.MapErrors++
+				for k := 0; k < j; k++ {
+					t.release(n, (t.cur+k)%t.r.n, nil)
+				}
+				*sl = txSlot{}
+				return fmt.Errorf("fec: mapping fragment of %d bytes: %w", len(s.Data), err)
+			}
+			sl.mapped = b
+		}
+		if b.Addr()>>32 != 0 {
+			for k := 0; k <= j; k++ {
+				t.release(n, (t.cur+k)%t.r.n, nil)
+			}
+			return ErrNot32Bit
+		}
+		_, cl := dma.LineSpan(b.Addr(), b.Len())
+		t.stats.Cleaned += uint64(cl)
+	}
+	var ext uint32
+	if opts.Csum {
+		ext = TXE_PINS | TXE_IINS
+	}
+	last := len(segs) - 1
+	// Descriptors after the first get R as they are written; the first is
+	// published last so the uDMA never sees a partial frame.
+	for j := last; j >= 0; j-- {
+		i := (t.cur + j) % t.r.n
+		sl := &t.slots[i]
+		st := TX_TC
+		e := ext
+		if j == last {
+			st |= TX_L
+			e |= TXE_INT
+			sl.last, sl.cookie = true, cookie
+		}
+		if i == t.r.n-1 {
+			st |= TX_W
+		}
+		addr := sl.mapped.Addr()
+		if sl.scratch.Valid() {
+			addr = sl.scratch.Addr()
+		}
+		t.r.store(i, dwAddr, uint32(addr))
+		if n.enhanced {
+			t.r.store(i, dwExt0, e)
+			t.r.store(i, dwExt1, 0)
+			t.r.store(i, dwExt2, 0)
+		}
+		if j == 0 {
+			n.mem.Barrier()
+		}
+		t.r.store(i, dwLenStatus, lenStatus(len(segs[j].Data), uint16(st|TX_R)))
+	}
+	n.mem.Barrier()
+	t.cur = (t.cur + len(segs)) % t.r.n
+	t.inFlight += len(segs)
+	t.stats.Frames++
+	t.stats.Bytes += uint64(t.plan.Len)
+	t.stats.Descs += uint64(len(segs))
+	t.stats.Copied += uint64(t.plan.Copied)
+	if t.plan.Bounce {
+		t.stats.Bounced++
+	} else if t.plan.Copied == 0 {
+		t.stats.Direct++
+	}
+	n.kickTx()
+	return nil
+}
+
+// scratchBuf returns the DMA buffer of bytes data copied into descriptor
+// i's slot or bounce buffer.
+func (t *txRing) scratchBuf(i int, data []byte) dma.Buffer {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	slot := t.slotAr.Bytes()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(slot)))
+	if p >= base && p < base+uintptr(len(slot)) {
+		return t.slotAr.Slice(int(p-base), len(data))
+	}
+	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncAr.Bytes())))
+	return t.bncAr.Slice(int(p-bb), len(data))
+}
+
+// kickTx tells the uDMA descriptors are ready. ERR007885: read TDAR up to
+// four times and write only if a read returns 0; if it stays set the uDMA is
+// still walking the ring and will find the new descriptors.
+func (n *NIC) kickTx() {
+	if n.cfg.Caps.Has(QuirkERR007885) {
+		for k := 0; k < 4; k++ {
+			if n.regs.Read32(ENETx_TDAR) == 0 {
+				n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
+				return
+			}
+		}
+		n.tx.stats.KicksSkipped++
+		return
+	}
+	n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
+}
+
+// Reclaim collects completed TX descriptors, releases their memory and
+// reports finished frames to OnTxDone. Interrupt and Poll call it; a caller
+// that waits on a full ring may call it too.
+func (n *NIC) Reclaim() int {
+	t := &n.tx
+	t.mu.Lock()
+	c := t.reclaimLocked(n)
+	done := t.done
+	t.done = t.done[:0]
+	t.mu.Unlock()
+	n.complete(done)
+	return c
+}
+
+func (t *txRing) reclaimLocked(n *NIC) int {
+	c := 0
+	for t.inFlight > 0 {
+		i := t.dirty
+		ls := t.r.load(i, dwLenStatus)
+		if TxStatus(ls>>16)&TX_R != 0 {
+			break
+		}
+		var err error
+		if t.slots[i].last && n.enhanced {
+			if e := t.r.load(i, dwExt0); e&TXE_TXE != 0 {
+				err = t.txError(e)
+			}
+		}
+		t.release(n, i, err)
+		t.dirty = (t.dirty + 1) % t.r.n
+		t.inFlight--
+		c++
+	}
+	// ERR006358: descriptors still ready but TDAR fell to 0: kick again.
+	if t.inFlight > 0 && n.cfg.Caps.Has(QuirkERR006358) && n.regs.Read32(ENETx_TDAR) == 0 {
+		n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
+		t.stats.Rekicks++
+	}
+	return c
+}
+
+func (t *txRing) txError(e uint32) error {
+	t.stats.Errors++
+	switch {
+	case e&TXE_UE != 0:
+		t.stats.Underflow++
+	case e&TXE_LCE != 0:
+		t.stats.LateCollision++
+	case e&TXE_EE != 0:
+		t.stats.ExcessCollision++
+	case e&TXE_FE != 0:
+		t.stats.FrameError++
+	}
+	return fmt.Errorf("%w: status %#04x", ErrTxFailed, e&0xFFFF)
+}
+
+// DumpTx describes the TX ring, for failure messages.
+func (n *NIC) DumpTx() string {
+	n.tx.mu.Lock()
+	defer n.tx.mu.Unlock()
+	return n.tx.r.dumpTx(n.tx.cur, n.tx.dirty)
+}

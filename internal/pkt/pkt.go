@@ -1,0 +1,167 @@
+// Package pkt locates the L3 and L4 headers of an Ethernet frame and
+// computes Internet checksums. It is the minimum the NIC code needs to
+// place or verify checksum fields; it is not a general packet decoder, and
+// tests verify its users with an independent one (gopacket).
+package pkt
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// EtherTypes.
+const (
+	EtherTypeIPv4 = 0x0800
+	EtherTypeIPv6 = 0x86DD
+	EtherTypeVLAN = 0x8100
+	EtherTypeQinQ = 0x88A8
+)
+
+// IP protocol numbers.
+const (
+	ProtoICMP   = 1
+	ProtoTCP    = 6
+	ProtoUDP    = 17
+	ProtoICMPv6 = 58
+)
+
+// Errors.
+var (
+	ErrTruncated = errors.New("pkt: truncated header")
+	ErrNotIP     = errors.New("pkt: not IPv4 or IPv6")
+	ErrMalformed = errors.New("pkt: malformed header")
+)
+
+// Headers are the offsets of a frame's headers.
+type Headers struct {
+	L3, L4   int  // offsets of the IP and transport headers
+	Proto    int  // transport protocol
+	IPv6     bool // else IPv4
+	Fragment bool // an IP fragment: no transport checksum can be computed
+	VLANs    int  // 802.1Q/802.1ad tags skipped
+	// CsumOff is the offset of the transport checksum field, or -1 when the
+	// protocol has none the NIC handles (anything but TCP and UDP, or a
+	// fragment).
+	CsumOff int
+	// IPEnd is where the IP datagram ends according to its length field.
+	IPEnd int
+}
+
+// Parse locates the headers of an Ethernet frame f (no FCS).
+func Parse(f []byte) (Headers, error) {
+	h := Headers{CsumOff: -1}
+	if len(f) < 14 {
+		return h, ErrTruncated
+	}
+	off := 12
+	et := int(binary.BigEndian.Uint16(f[off:]))
+	for (et == EtherTypeVLAN || et == EtherTypeQinQ) && h.VLANs < 2 {
+		off += 4
+		if len(f) < off+2 {
+			return h, ErrTruncated
+		}
+		et = int(binary.BigEndian.Uint16(f[off:]))
+		h.VLANs++
+	}
+	h.L3 = off + 2
+	switch et {
+	case EtherTypeIPv4:
+		if len(f) < h.L3+20 {
+			return h, ErrTruncated
+		}
+		ip := f[h.L3:]
+		ihl := int(ip[0]&0xF) * 4
+		if ip[0]>>4 != 4 || ihl < 20 {
+			return h, ErrMalformed
+		}
+		if len(ip) < ihl {
+			return h, ErrTruncated
+		}
+		tot := int(binary.BigEndian.Uint16(ip[2:]))
+		if tot < ihl {
+			return h, ErrMalformed
+		}
+		h.IPEnd = h.L3 + tot
+		h.Proto = int(ip[9])
+		h.L4 = h.L3 + ihl
+		frag := binary.BigEndian.Uint16(ip[6:])
+		h.Fragment = frag&0x3FFF != 0 // MF or a non-zero offset
+	case EtherTypeIPv6:
+		if len(f) < h.L3+40 {
+			return h, ErrTruncated
+		}
+		ip := f[h.L3:]
+		if ip[0]>>4 != 6 {
+			return h, ErrMalformed
+		}
+		h.IPv6 = true
+		h.IPEnd = h.L3 + 40 + int(binary.BigEndian.Uint16(ip[4:]))
+		next, o := int(ip[6]), h.L3+40
+		for i := 0; i < 8; i++ {
+			switch next {
+			case 0, 43, 60: // hop-by-hop, routing, destination options
+				if len(f) < o+8 {
+					return h, ErrTruncated
+				}
+				next, o = int(f[o]), o+8+int(f[o+1])*8
+				continue
+			case 44: // fragment
+				if len(f) < o+8 {
+					return h, ErrTruncated
+				}
+				if binary.BigEndian.Uint16(f[o+2:])&0xFFF9 != 0 {
+					h.Fragment = true
+				}
+				next, o = int(f[o]), o+8
+				continue
+			}
+			break
+		}
+		h.Proto, h.L4 = next, o
+	default:
+		return h, ErrNotIP
+	}
+	if h.Fragment {
+		return h, nil
+	}
+	switch h.Proto {
+	case ProtoTCP:
+		h.CsumOff = h.L4 + 16
+	case ProtoUDP:
+		h.CsumOff = h.L4 + 6
+	}
+	return h, nil
+}
+
+// Sum adds b to a running ones'-complement sum (RFC 1071), treating b as
+// big-endian 16-bit words; an odd trailing byte is padded with zero.
+func Sum(sum uint32, b []byte) uint32 {
+	n := len(b) &^ 1
+	for i := 0; i < n; i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)&1 != 0 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	return sum
+}
+
+// Fold folds a running sum to 16 bits (not complemented).
+func Fold(sum uint32) uint16 {
+	for sum > 0xFFFF {
+		sum = sum>>16 + sum&0xFFFF
+	}
+	return uint16(sum)
+}
+
+// PseudoSum returns the sum of the transport pseudo-header of the IP header
+// at ip for an L4 segment of l4len bytes.
+func PseudoSum(ip []byte, v6 bool, proto, l4len int) uint32 {
+	var s uint32
+	if v6 {
+		s = Sum(0, ip[8:40])
+	} else {
+		s = Sum(0, ip[12:20])
+	}
+	return s + uint32(proto) + uint32(l4len)
+}
