@@ -1,0 +1,828 @@
+// Package fectest is a host model of the i.MX ENET for driver tests: a
+// register file behind mmio.Regs and a uDMA that walks buffer descriptors
+// and moves frame data through a dmatest.Memory exactly as silicon does.
+//
+// The model enforces what silicon enforces and reports what silicon would
+// silently corrupt: descriptor ownership (R/E), wrap (W) and last (L) bits,
+// multi-descriptor TX gather, the SoC's buffer alignment (a misaligned buffer
+// is a reported violation, never accepted), ring bases, register access
+// width and range. It inserts checksums the way the MAC does (over the
+// fields as given, so a field the driver forgot to zero yields a wrong sum),
+// validates RX checksums, filters addresses, counts MIB events, raises EIR
+// events on a level interrupt line, and injects faults: RX overrun and other
+// RX errors, bus errors (EBERR), TDAR cleared early (ERR006358), a stuck
+// MDIO bus. It differs from QEMU's imx.enet as listed in docs/qemu-imx-enet.md.
+package fectest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// Options configure a Model.
+type Options struct {
+	Caps fec.Caps
+	Mem  *dmatest.Memory
+	// PHYAddr is the MDIO address the PHY answers (default 2, ENET1's PHY on
+	// the i.MX6UL EVK).
+	PHYAddr int
+	// PartnerAdv is the link partner's ANLPAR (default 100/10 full and
+	// half); PartnerGbit adds 1000BASE-T full duplex.
+	PartnerAdv  uint16
+	PartnerGbit bool
+	// ANReads is how many BMSR reads autonegotiation takes to complete.
+	ANReads int
+}
+
+// Faults are injected by tests.
+type Faults struct {
+	// ClearTDAREarly makes the next N TDAR kicks stop after one frame and
+	// clear TDAR though more descriptors are ready (ERR006358).
+	ClearTDAREarly int
+	// BusError makes the next uDMA access fail with EBERR; the uDMA stops
+	// until the MAC is reset.
+	BusError bool
+	// TxStalled makes the uDMA accept TDAR kicks but send nothing (a TX
+	// path held off, e.g. by flow control), so descriptors stay in flight.
+	TxStalled bool
+	// MDIOStuck makes MDIO transactions never complete.
+	MDIOStuck bool
+	// TxError makes the next N frames complete with this enhanced TX error
+	// status (e.g. TXE_TXE|TXE_UE).
+	TxError      uint32
+	TxErrorCount int
+}
+
+// RxFault corrupts one delivered frame as the MAC would report it.
+type RxFault int
+
+// RX faults.
+const (
+	RxOK RxFault = iota
+	RxOverrun
+	RxCRC
+	RxNonOctet
+	RxMACError
+)
+
+// Stats counts what the model saw.
+type Stats struct {
+	TxFrames, RxFrames       int
+	RxNoDescriptor, Filtered int
+	Kicks                    int
+}
+
+const regSpace = 0x800
+
+// Model is one ENET. It is safe for concurrent use.
+type Model struct {
+	mu      sync.Mutex
+	opts    Options
+	mem     *dmatest.Memory
+	regs    [regSpace / 4]uint32
+	txIdx   int
+	rxIdx   int
+	halted  bool // after a bus error, until reset
+	phy     [32]uint16
+	anLeft  int
+	peer    func([]byte)
+	irq     chan struct{}
+	faults  Faults
+	stats   Stats
+	viol    []string
+	pending [][]byte // transmitted frames to hand to the peer once unlocked
+	txBuf   []byte   // scratch, reused so the model allocates nothing per frame
+	bds     []txBD
+	rxBuf   []byte
+}
+
+// New returns a model in its reset state.
+func New(opts Options) *Model {
+	if opts.PHYAddr == 0 {
+		opts.PHYAddr = 2
+	}
+	if opts.PartnerAdv == 0 {
+		opts.PartnerAdv = fec.ADV_100FULL | fec.ADV_100HALF | fec.ADV_10FULL | fec.ADV_10HALF | 1
+	}
+	m := &Model{opts: opts, mem: opts.Mem, irq: make(chan struct{}, 1)}
+	m.reset()
+	m.phy[fec.MII_BMCR] = fec.BMCR_ANENABLE
+	m.phy[fec.MII_BMSR] = 0x7809 | fec.BMSR_LSTATUS | fec.BMSR_ANEGDONE
+	m.phy[fec.MII_PHYID1], m.phy[fec.MII_PHYID2] = 0x0022, 0x1560 // KSZ8081
+	m.phy[fec.MII_ANAR] = 0x01E1
+	m.phy[fec.MII_ANLPAR] = opts.PartnerAdv
+	if opts.PartnerGbit {
+		m.phy[fec.MII_GBSR] = fec.GBSR_LP1000FD
+	}
+	return m
+}
+
+// reset puts registers in their reset state (RCR has LOOP set, as silicon).
+func (m *Model) reset() {
+	mib := m.regs[0x200/4 : 0x2E4/4]
+	saved := append([]uint32(nil), mib...) // MIB counters survive a MAC reset
+	m.regs = [regSpace / 4]uint32{}
+	copy(m.regs[0x200/4:], saved)
+	m.set(fec.ENETx_ECR, 0xF000_0000)
+	m.set(fec.ENETx_RCR, 0x05EE_0001)
+	m.set(fec.ENETx_PAUR, 0x8808)
+	m.set(fec.ENETx_OPD, 0x0001_0000)
+	m.set(fec.ENETx_MIBC, fec.MIBC_DIS|fec.MIBC_IDLE)
+	m.set(fec.ENETx_FTRL, 0x7FF)
+	m.txIdx, m.rxIdx, m.halted = 0, 0, false
+}
+
+func (m *Model) get(off uint32) uint32    { return m.regs[off/4] }
+func (m *Model) set(off uint32, v uint32) { m.regs[off/4] = v }
+
+func (m *Model) violation(format string, args ...any) {
+	m.viol = append(m.viol, fmt.Sprintf(format, args...))
+}
+
+// Violations returns and forgets what the model found wrong in the driver's
+// use of the device.
+func (m *Model) Violations() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.viol
+	m.viol = nil
+	return v
+}
+
+// Stats returns the model's counters.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// SetFaults replaces the injected faults.
+func (m *Model) SetFaults(f Faults) {
+	m.mu.Lock()
+	m.faults = f
+	m.mu.Unlock()
+}
+
+// SetPeer sets where transmitted frames go. The model calls it without its
+// lock held, with a frame the callee may keep.
+func (m *Model) SetPeer(f func(frame []byte)) {
+	m.mu.Lock()
+	m.peer = f
+	m.mu.Unlock()
+}
+
+// SetLink sets the PHY's link state.
+func (m *Model) SetLink(up bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if up {
+		m.phy[fec.MII_BMSR] |= fec.BMSR_LSTATUS
+	} else {
+		m.phy[fec.MII_BMSR] &^= fec.BMSR_LSTATUS
+	}
+}
+
+// IRQ delivers a token whenever the interrupt line (EIR & EIMR != 0) is
+// asserted.
+func (m *Model) IRQ() <-chan struct{} { return m.irq }
+
+func (m *Model) raise(ev uint32) {
+	m.regs[fec.ENETx_EIR/4] |= ev
+	if m.get(fec.ENETx_EIR)&m.get(fec.ENETx_EIMR) != 0 {
+		select {
+		case m.irq <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (m *Model) checkOff(off uint32) bool {
+	if off%4 != 0 || off >= regSpace {
+		m.violation("register access at %#x: not a 32-bit register of the ENET", off)
+		return false
+	}
+	return true
+}
+
+// Read32 implements mmio.Regs.
+func (m *Model) Read32(off uint32) uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.checkOff(off) {
+		return 0
+	}
+	return m.get(off)
+}
+
+// Write32 implements mmio.Regs.
+func (m *Model) Write32(off, v uint32) {
+	m.mu.Lock()
+	m.write(off, v)
+	out, peer := m.pending, m.peer
+	m.pending = nil
+	m.mu.Unlock()
+	if peer != nil {
+		for _, f := range out {
+			peer(f)
+		}
+	}
+}
+
+func (m *Model) write(off, v uint32) {
+	if !m.checkOff(off) {
+		return
+	}
+	switch off {
+	case fec.ENETx_EIR:
+		m.regs[off/4] &^= v
+	case fec.ENETx_EIMR:
+		m.set(off, v)
+		m.raise(0)
+	case fec.ENETx_ECR:
+		if v&fec.ECR_RESET != 0 {
+			m.reset()
+			m.set(fec.ENETx_PALR, 0)
+			m.set(fec.ENETx_PAUR, 0x8808)
+			return
+		}
+		m.set(off, v)
+		if v&fec.ECR_ETHEREN == 0 {
+			m.txIdx, m.rxIdx = 0, 0
+			m.set(fec.ENETx_TDAR, 0)
+			m.set(fec.ENETx_RDAR, 0)
+		} else if v&fec.ECR_DBSWP == 0 {
+			m.violation("ECR.DBSWP clear: descriptors would be read big-endian on ARM")
+		}
+	case fec.ENETx_TDAR:
+		if m.enabled() {
+			m.set(off, fec.DAR_ACTIVE)
+			m.stats.Kicks++
+			if !m.faults.TxStalled {
+				m.processTx()
+			}
+		}
+	case fec.ENETx_RDAR:
+		if m.enabled() {
+			m.set(off, fec.DAR_ACTIVE)
+		}
+	case fec.ENETx_MMFR:
+		m.set(off, v)
+		m.mdio(v)
+	case fec.ENETx_RDSR, fec.ENETx_TDSR:
+		if v%8 != 0 {
+			m.violation("ring base %#x (register %#x) not 8-byte aligned", v, off)
+		}
+		m.set(off, v&^7)
+	case fec.ENETx_MRBR:
+		m.set(off, v&fec.MRBR_R_BUF_SIZE_MASK)
+	case fec.ENETx_MIBC:
+		m.set(off, v&(fec.MIBC_DIS|fec.MIBC_CLEAR))
+	case fec.ENETx_PAUR:
+		m.set(off, v&0xFFFF0000|0x8808)
+	default:
+		if off >= 0x200 && off < 0x2E4 {
+			if m.get(fec.ENETx_MIBC)&fec.MIBC_DIS == 0 {
+				m.violation("write to MIB counter %#x while counting", off)
+			}
+		}
+		m.set(off, v)
+	}
+}
+
+func (m *Model) enabled() bool {
+	return m.get(fec.ENETx_ECR)&fec.ECR_ETHEREN != 0 && !m.halted
+}
+
+func (m *Model) enhanced() bool { return m.get(fec.ENETx_ECR)&fec.ECR_EN1588 != 0 }
+
+func (m *Model) descSize() int {
+	if m.enhanced() {
+		return fec.EnhancedDescSize
+	}
+	return fec.LegacyDescSize
+}
+
+// mdio runs one MDIO frame.
+func (m *Model) mdio(v uint32) {
+	if m.faults.MDIOStuck || m.get(fec.ENETx_MSCR)>>fec.MSCR_SPEED&0x3F == 0 {
+		return // no MDC clock: nothing goes out, nothing completes
+	}
+	pa, ra := int(v>>fec.MMFR_PA)&0x1F, int(v>>fec.MMFR_RA)&0x1F
+	op := v >> 28 & 3
+	if v>>30 != 1 {
+		m.violation("MMFR %#08x: not a clause-22 frame", v)
+	}
+	switch op {
+	case 1: // write
+		if pa == m.opts.PHYAddr {
+			m.phyWrite(ra, uint16(v))
+		}
+	case 2: // read
+		d := uint16(0xFFFF)
+		if pa == m.opts.PHYAddr {
+			d = m.phyRead(ra)
+		}
+		m.set(fec.ENETx_MMFR, v&^0xFFFF|uint32(d))
+	}
+	m.raise(fec.EIR_MII)
+}
+
+func (m *Model) phyRead(ra int) uint16 {
+	if ra == fec.MII_BMSR && m.anLeft > 0 {
+		m.anLeft--
+		if m.anLeft == 0 {
+			m.phy[fec.MII_BMSR] |= fec.BMSR_ANEGDONE
+		}
+	}
+	return m.phy[ra]
+}
+
+func (m *Model) phyWrite(ra int, v uint16) {
+	switch ra {
+	case fec.MII_BMCR:
+		if v&fec.BMCR_ANRESTART != 0 {
+			m.phy[fec.MII_BMSR] &^= fec.BMSR_ANEGDONE
+			m.anLeft = max(m.opts.ANReads, 1)
+		}
+		m.phy[ra] = v &^ (fec.BMCR_RESET | fec.BMCR_ANRESTART) // self-clearing
+	case fec.MII_BMSR, fec.MII_PHYID1, fec.MII_PHYID2, fec.MII_ANLPAR, fec.MII_GBSR:
+		// read only
+	default:
+		m.phy[ra] = v
+	}
+}
+
+// desc returns the words of descriptor i of the ring at base.
+func (m *Model) desc(base uint32, i int) (*[8]uint32, bool) {
+	b, err := m.mem.Coherent(dma.Addr(base)+dma.Addr(i*m.descSize()), m.descSize())
+	if err != nil {
+		m.violation("descriptor %d of ring %#x: %v", i, base, err)
+		return nil, false
+	}
+	return (*[8]uint32)(unsafe.Pointer(&b[0])), true
+}
+
+func load(w *uint32) uint32     { return atomic.LoadUint32(w) }
+func store(w *uint32, v uint32) { atomic.StoreUint32(w, v) }
+
+// busFault consumes an injected bus error: EBERR, uDMA stopped.
+func (m *Model) busFault() bool {
+	if !m.faults.BusError {
+		return false
+	}
+	m.faults.BusError = false
+	m.halted = true
+	m.set(fec.ENETx_TDAR, 0)
+	m.set(fec.ENETx_RDAR, 0)
+	m.raise(fec.EIR_EBERR)
+	return true
+}
+
+type txBD struct {
+	d   *[8]uint32
+	ext uint32
+}
+
+// processTx walks the TX ring from the current descriptor while R is set.
+func (m *Model) processTx() {
+	base := m.get(fec.ENETx_TDSR)
+	enh := m.enhanced()
+	frames := 0
+	for {
+		if m.busFault() {
+			return
+		}
+		start := m.txIdx
+		d, ok := m.desc(base, start)
+		if !ok {
+			m.set(fec.ENETx_TDAR, 0)
+			return
+		}
+		if fec.TxStatus(load(&d[0])>>16)&fec.TX_R == 0 {
+			m.set(fec.ENETx_TDAR, 0)
+			return
+		}
+		if m.faults.ClearTDAREarly > 0 && frames == 1 {
+			m.faults.ClearTDAREarly--
+			m.set(fec.ENETx_TDAR, 0) // ready descriptors stranded
+			return
+		}
+		// Gather until L.
+		frame := m.txBuf[:0]
+		bds := m.bds[:0]
+		idx := start
+		bad := false
+		for {
+			d, ok := m.desc(base, idx)
+			if !ok {
+				m.set(fec.ENETx_TDAR, 0)
+				return
+			}
+			ls := load(&d[0])
+			st := fec.TxStatus(ls >> 16)
+			if st&fec.TX_R == 0 {
+				m.violation("TX descriptor %d: R clear in the middle of a frame started at %d (partial frame published)", idx, start)
+				m.set(fec.ENETx_TDAR, 0)
+				return
+			}
+			n := int(ls & 0xFFFF)
+			addr := load(&d[1])
+			if a := m.opts.Caps.TxAlign; a > 1 && int(addr)%a != 0 {
+				m.violation("TX descriptor %d: buffer %#x not %d-byte aligned (%s)", idx, addr, a, m.opts.Caps.Name)
+				bad = true
+			}
+			frame = slices.Grow(frame, n)[:len(frame)+n]
+			if n > 0 {
+				if err := m.mem.DeviceRead(dma.Addr(addr), frame[len(frame)-n:]); err != nil {
+					m.violation("TX descriptor %d: %v", idx, err)
+					bad = true
+				}
+			}
+			var ext uint32
+			if enh {
+				ext = load(&d[2])
+			}
+			bds = append(bds, txBD{d: d, ext: ext})
+			next := idx + 1
+			if st&fec.TX_W != 0 {
+				next = 0
+			}
+			idx = next
+			if st&fec.TX_L != 0 {
+				break
+			}
+			if len(bds) > 4096 {
+				m.violation("TX frame at %d: no L bit in 4096 descriptors", start)
+				return
+			}
+		}
+		m.txIdx = idx
+		m.txBuf, m.bds = frame, bds
+		frames++
+		m.finishTx(frame, bds, bad)
+	}
+}
+
+func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
+	enh := m.enhanced()
+	opt := bds[0].ext & (fec.TXE_PINS | fec.TXE_IINS)
+	for _, b := range bds[1:] {
+		if b.ext&(fec.TXE_PINS|fec.TXE_IINS) != opt {
+			m.violation("TX frame: PINS/IINS differ between its descriptors (which one silicon samples is unconfirmed)")
+		}
+	}
+	if enh && opt != 0 {
+		insertChecksums(frame, opt&fec.TXE_IINS != 0, opt&fec.TXE_PINS != 0)
+	}
+	if len(frame) < 60 {
+		m.violation("TX frame of %d bytes: runt on the wire (the driver must pad to 60)", len(frame))
+	}
+	var errw uint32
+	if m.faults.TxErrorCount > 0 {
+		m.faults.TxErrorCount--
+		errw = m.faults.TxError & 0xFFFF
+		bad = true
+	}
+	if bad && errw == 0 {
+		errw = fec.TXE_TXE | fec.TXE_FE
+	}
+	var ev uint32
+	for k, b := range bds {
+		ls := load(&b.d[0])
+		store(&b.d[0], ls&^(uint32(fec.TX_R)<<16))
+		if enh {
+			store(&b.d[4], fec.BDU)
+			if k == len(bds)-1 {
+				store(&b.d[2], b.ext&0xFFFF0000|errw)
+			}
+			if b.ext&fec.TXE_INT != 0 {
+				ev |= fec.EIR_TXB
+				if k == len(bds)-1 {
+					ev |= fec.EIR_TXF
+				}
+			}
+		} else {
+			ev |= fec.EIR_TXB
+			if k == len(bds)-1 {
+				ev |= fec.EIR_TXF
+			}
+		}
+	}
+	if maxfl := int(m.get(fec.ENETx_RCR)>>16) & 0x3FFF; len(frame)+4 > maxfl {
+		ev |= fec.EIR_BABT
+	}
+	m.raise(ev)
+	if bad {
+		m.mibAdd("IEEE_T_MACERR", 1)
+		return
+	}
+	m.stats.TxFrames++
+	m.mibFrame("T", frame)
+	if m.peer != nil {
+		m.pending = append(m.pending, bytes.Clone(frame))
+	}
+}
+
+// insertChecksums does what PINS/IINS do: the IPv4 header checksum and the
+// TCP/UDP checksum (pseudo-header included) computed over the fields as they
+// are, so the driver must have zeroed them.
+func insertChecksums(f []byte, ip, l4 bool) {
+	h, err := pkt.Parse(f)
+	if err != nil {
+		return
+	}
+	if ip && !h.IPv6 {
+		ihl := h.L4 - h.L3
+		c := ^pkt.Fold(pkt.Sum(0, f[h.L3:h.L3+ihl]))
+		binary.BigEndian.PutUint16(f[h.L3+10:], c)
+	}
+	if l4 && h.CsumOff >= 0 && h.IPEnd <= len(f) && h.IPEnd >= h.L4 {
+		seg := f[h.L4:h.IPEnd]
+		s := pkt.PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg))
+		c := ^pkt.Fold(pkt.Sum(s, seg))
+		if c == 0 && h.Proto == pkt.ProtoUDP {
+			c = 0xFFFF
+		}
+		binary.BigEndian.PutUint16(f[h.CsumOff:], c)
+	}
+}
+
+// MAC returns the station address programmed into PALR/PAUR.
+func (m *Model) MAC() [6]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mac()
+}
+
+func (m *Model) mac() [6]byte {
+	l, u := m.get(fec.ENETx_PALR), m.get(fec.ENETx_PAUR)
+	return [6]byte{byte(l >> 24), byte(l >> 16), byte(l >> 8), byte(l), byte(u >> 24), byte(u >> 16)}
+}
+
+// accept applies the MAC's address filter (22.6.3 "Ethernet address
+// recognition", IMX6ULLRM).
+func (m *Model) accept(f []byte) bool {
+	rcr := m.get(fec.ENETx_RCR)
+	if rcr&fec.RCR_PROM != 0 {
+		return true
+	}
+	var da [6]byte
+	copy(da[:], f)
+	if da == [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF} {
+		return rcr&fec.RCR_BC_REJ == 0
+	}
+	if da == m.mac() {
+		return true
+	}
+	i := hashIndex(da)
+	hi, lo := fec.ENETx_IAUR, fec.ENETx_IALR
+	if da[0]&1 != 0 {
+		hi, lo = fec.ENETx_GAUR, fec.ENETx_GALR
+	}
+	if i >= 32 {
+		return m.get(uint32(hi))>>(i-32)&1 != 0
+	}
+	return m.get(uint32(lo))>>i&1 != 0
+}
+
+// hashIndex is the MAC's hash: the 6 most significant bits of the CRC-32 of
+// the address, computed bit by bit (deliberately not the driver's code).
+func hashIndex(a [6]byte) int {
+	crc := uint32(0xFFFFFFFF)
+	for _, b := range a {
+		for k := 0; k < 8; k++ {
+			if (crc^uint32(b>>k))&1 != 0 {
+				crc = crc>>1 ^ 0xEDB88320
+			} else {
+				crc >>= 1
+			}
+		}
+	}
+	return int(crc >> 26)
+}
+
+// Deliver is a frame (without FCS) arriving from the wire, with an optional
+// injected fault. It reports whether the frame reached a descriptor.
+func (m *Model) Deliver(frame []byte, fault RxFault) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.enabled() {
+		return false
+	}
+	if !m.accept(frame) {
+		m.stats.Filtered++
+		return false
+	}
+	if m.busFault() {
+		return false
+	}
+	enh := m.enhanced()
+	base := m.get(fec.ENETx_RDSR)
+	mrbr := int(m.get(fec.ENETx_MRBR))
+	if mrbr == 0 {
+		m.violation("RX with MRBR = 0")
+		return false
+	}
+	// Buffer content: SHIFT16 pad, frame, FCS.
+	data := m.rxBuf[:0]
+	defer func() { m.rxBuf = data[:0] }()
+	shift := enh && m.opts.Caps.Has(fec.QuirkRACC) && m.get(fec.ENETx_RACC)&fec.RACC_SHIFT16 != 0
+	if shift {
+		data = append(data, 0, 0)
+	}
+	data = append(data, frame...)
+	data = binary.LittleEndian.AppendUint32(data, crc32.ChecksumIEEE(frame))
+	var st fec.RxStatus
+	maxfl := int(m.get(fec.ENETx_RCR)>>16) & 0x3FFF
+	if len(frame)+4 > maxfl {
+		st |= fec.RX_LG
+		m.raise(fec.EIR_BABR)
+	}
+	if ftrl := int(m.get(fec.ENETx_FTRL)) & 0x3FFF; len(frame)+4 > ftrl {
+		st |= fec.RX_TR
+		data = data[:ftrl+len(data)-len(frame)-4]
+	}
+	switch fault {
+	case RxOverrun:
+		st = fec.RX_OV
+	case RxCRC:
+		st |= fec.RX_CR
+	case RxNonOctet:
+		st |= fec.RX_NO
+	}
+	if da := frame[0]; da&1 != 0 {
+		if [6]byte(frame[:6]) == [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF} {
+			st |= fec.RX_BC
+		} else {
+			st |= fec.RX_MC
+		}
+	}
+	// Checksum verdict, header length and protocol (enhanced, csum parts).
+	var e0, e1 uint32
+	if enh && m.opts.Caps.Has(fec.QuirkCsum) {
+		e0, e1 = rxChecksum(frame)
+	}
+	if fault == RxMACError {
+		e0 |= fec.RXE_ME
+	}
+	total := len(data)
+	var ev uint32
+	for off := 0; ; {
+		if m.get(fec.ENETx_RDAR) == 0 {
+			m.stats.RxNoDescriptor++
+			m.mibAdd("IEEE_R_MACERR", 1)
+			return false
+		}
+		d, ok := m.desc(base, m.rxIdx)
+		if !ok {
+			return false
+		}
+		ls := load(&d[0])
+		bst := fec.RxStatus(ls >> 16)
+		if bst&fec.RX_E == 0 {
+			// No empty descriptor: the FIFO overflows and the frame is lost.
+			m.set(fec.ENETx_RDAR, 0)
+			m.stats.RxNoDescriptor++
+			m.mibAdd("IEEE_R_MACERR", 1)
+			if off > 0 {
+				m.violation("RX ring ran out in the middle of a frame")
+			}
+			return false
+		}
+		addr := load(&d[1])
+		if a := m.opts.Caps.RxAlign; a > 1 && int(addr)%a != 0 {
+			m.violation("RX descriptor %d: buffer %#x not %d-byte aligned", m.rxIdx, addr, a)
+		}
+		chunk := min(mrbr, len(data)-off)
+		if err := m.mem.DeviceWrite(dma.Addr(addr), data[off:off+chunk]); err != nil {
+			m.violation("RX descriptor %d: %v", m.rxIdx, err)
+		}
+		off += chunk
+		last := off == len(data)
+		nst := bst & (fec.RX_W | fec.RX_RO1 | fec.RX_RO2)
+		length := mrbr
+		if last {
+			nst |= fec.RX_L | st
+			length = total
+		}
+		var ctl uint32
+		if enh {
+			ctl = load(&d[2]) & 0xFFFF0000
+			x := ctl
+			if last {
+				x |= e0
+			}
+			store(&d[2], x)
+			if last {
+				store(&d[3], e1)
+			}
+			store(&d[4], fec.BDU)
+		}
+		store(&d[0], uint32(length)&0xFFFF|uint32(nst)<<16)
+		if !enh || ctl&fec.RXE_INT != 0 {
+			ev |= fec.EIR_RXB
+			if last {
+				ev |= fec.EIR_RXF
+			}
+		}
+		if bst&fec.RX_W != 0 {
+			m.rxIdx = 0
+		} else {
+			m.rxIdx++
+		}
+		if last {
+			break
+		}
+	}
+	m.stats.RxFrames++
+	m.mibFrame("R", frame)
+	if fault == RxCRC {
+		m.mibAdd("IEEE_R_CRC", 1)
+	}
+	m.raise(ev)
+	return true
+}
+
+// rxChecksum checks what the MAC checks: the IPv4 header checksum and the
+// TCP/UDP checksum of unfragmented IPv4/IPv6 packets.
+func rxChecksum(f []byte) (e0, e1 uint32) {
+	h, err := pkt.Parse(f)
+	if err != nil || h.IPEnd > len(f) || h.L4 > h.IPEnd {
+		return 0, 0
+	}
+	if h.VLANs > 0 {
+		e0 |= fec.RXE_VLAN
+	}
+	if h.IPv6 {
+		e0 |= fec.RXE_IPV6
+	} else if pkt.Fold(pkt.Sum(0, f[h.L3:h.L4])) != 0xFFFF {
+		e0 |= fec.RXE_ICE
+	}
+	if h.Fragment {
+		e0 |= fec.RXE_FRAG
+	}
+	if h.CsumOff >= 0 && h.CsumOff+2 <= h.IPEnd {
+		seg := f[h.L4:h.IPEnd]
+		udpNone := h.Proto == pkt.ProtoUDP && !h.IPv6 && binary.BigEndian.Uint16(f[h.CsumOff:]) == 0
+		if !udpNone && pkt.Fold(pkt.Sum(pkt.PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg)) != 0xFFFF {
+			e0 |= fec.RXE_PCR
+		}
+	}
+	hl := (h.L4 - h.L3) / 4
+	e1 = uint32(h.Proto)<<24 | uint32(max(hl, 1))<<16
+	return e0, e1
+}
+
+func (m *Model) mibAdd(name string, v uint32) {
+	if m.get(fec.ENETx_MIBC)&fec.MIBC_DIS != 0 {
+		return
+	}
+	off, ok := fec.MIBRegisterOffset(name)
+	if !ok {
+		panic("fectest: unknown MIB counter " + name)
+	}
+	m.regs[off/4] += v
+}
+
+// mibFrame counts one good frame of direction d ("T" or "R").
+func (m *Model) mibFrame(d string, f []byte) {
+	n := len(f) + 4
+	m.mibAdd("RMON_"+d+"_PACKETS", 1)
+	m.mibAdd("RMON_"+d+"_OCTETS", uint32(n))
+	m.mibAdd("IEEE_"+d+"_FRAME_OK", 1)
+	m.mibAdd("IEEE_"+d+"_OCTETS_OK", uint32(n))
+	if f[0]&1 != 0 {
+		if f[0] == 0xFF && f[1] == 0xFF {
+			m.mibAdd("RMON_"+d+"_BC_PKT", 1)
+		} else {
+			m.mibAdd("RMON_"+d+"_MC_PKT", 1)
+		}
+	}
+	bucket := "P_GTE2048"
+	switch {
+	case n <= 64:
+		bucket = "P64"
+	case n <= 127:
+		bucket = "P65TO127"
+	case n <= 255:
+		bucket = "P128TO255"
+	case n <= 511:
+		bucket = "P256TO511"
+	case n <= 1023:
+		bucket = "P512TO1023"
+	case n <= 2047:
+		bucket = "P1024TO2047"
+	}
+	m.mibAdd("RMON_"+d+"_"+bucket, 1)
+}

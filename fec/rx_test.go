@@ -1,0 +1,211 @@
+package fec_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/fec/fectest"
+)
+
+var nicMAC = [6]byte{0x02, 0, 0, 0, 0, 1}
+
+func receiveOne(t *testing.T, r *fectest.Rig) (*fec.Packet, error) {
+	t.Helper()
+	return r.NIC.Receive()
+}
+
+func TestReceiveDeliversFramesWithAndWithoutCopybreak(t *testing.T) {
+	for _, cb := range []int{-1, 0, 128, 256, 2048} {
+		r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.Copybreak = cb }})
+		if cb == 0 {
+			cb = fec.DefaultCopybreak
+		}
+		rng := rand.New(rand.NewPCG(7, uint64(cb+10)))
+		var held []*fec.Packet
+		for i := 0; i < 300; i++ {
+			n := 60 + rng.IntN(1518-60+1)
+			f := randomFrame(rng, n, nicMAC)
+			if !r.Model.Deliver(f, fectest.RxOK) {
+				t.Fatalf("copybreak %d frame %d: no descriptor", cb, i)
+			}
+			p, err := receiveOne(t, r)
+			if err != nil || p == nil {
+				t.Fatalf("copybreak %d frame %d: %v %v", cb, i, p, err)
+			}
+			if !bytes.Equal(p.Data, f) {
+				t.Fatalf("copybreak %d frame %d: data differs", cb, i)
+			}
+			if n <= cb && cap(p.Data) > 2*max(n, 64) {
+				t.Fatalf("copybreak %d: %d-byte frame in a %d-byte buffer: not right-sized", cb, n, cap(p.Data))
+			}
+			// Hold a few zero-copy packets for a while: the ring keeps running on spares.
+			if i%5 == 0 && len(held) < 20 {
+				held = append(held, p)
+				continue
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range held {
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := r.NIC.Stats().Rx
+		if st.Frames != 300 || st.Copybreak+st.ZeroCopy != 300 || st.Dropped() != 0 {
+			t.Fatalf("copybreak %d: stats %+v", cb, st)
+		}
+		if cb < 60 && st.Copybreak != 0 || cb >= 1518 && st.ZeroCopy != 0 {
+			t.Fatalf("copybreak %d: %d copied, %d zero-copy", cb, st.Copybreak, st.ZeroCopy)
+		}
+		if p, err := r.NIC.Receive(); p != nil || err != nil {
+			t.Fatalf("empty ring returned %v %v", p, err)
+		}
+	}
+}
+
+func TestEveryRxErrorIsCountedAndDropped(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.MaxFrame = 1518 }})
+	rng := rand.New(rand.NewPCG(8, 9))
+	good := func() []byte { return randomFrame(rng, 100, nicMAC) }
+	cases := []struct {
+		name  string
+		frame []byte
+		fault fectest.RxFault
+		kind  fec.RxErrorKind
+	}{
+		{"overrun", good(), fectest.RxOverrun, fec.RxOverrun},
+		{"crc", good(), fectest.RxCRC, fec.RxCRC},
+		{"non-octet", good(), fectest.RxNonOctet, fec.RxNonOctet},
+		{"mac error", good(), fectest.RxMACError, fec.RxMACError},
+		{"too long", randomFrame(rng, 1600, nicMAC), fectest.RxOK, fec.RxTruncated},
+		{"runt", randomFrame(rng, 10, nicMAC), fectest.RxOK, fec.RxRunt},
+		{"bad ipv4 header checksum", badIPv4Frame(), fectest.RxOK, fec.RxBadChecksum},
+	}
+	for _, c := range cases {
+		if !r.Model.Deliver(c.frame, c.fault) {
+			t.Fatalf("%s: not delivered", c.name)
+		}
+		p, err := r.NIC.Receive()
+		var fe *fec.FrameError
+		if p != nil || !errors.As(err, &fe) || fe.Kind != c.kind {
+			t.Fatalf("%s: got %v, %v; want a %v FrameError", c.name, p, err, c.kind)
+		}
+		// The ring keeps working after each.
+		f := good()
+		r.Model.Deliver(f, fectest.RxOK)
+		if p, err := r.NIC.Receive(); err != nil || !bytes.Equal(p.Data, f) {
+			t.Fatalf("%s: next frame: %v", c.name, err)
+		} else {
+			p.Release()
+		}
+	}
+	st := r.NIC.Stats().Rx
+	if st.Overrun != 1 || st.CRC != 1 || st.NonOctet != 1 || st.MACError != 1 || st.Truncated != 1 || st.Runt != 1 || st.BadChecksum != 1 {
+		t.Fatalf("counters %+v", st)
+	}
+	if st.Dropped() != uint64(len(cases)) || st.Frames != uint64(len(cases)) {
+		t.Fatalf("dropped %d, received %d", st.Dropped(), st.Frames)
+	}
+}
+
+func TestFrameSpanningBuffersIsDroppedAsOne(t *testing.T) {
+	// An MRBR smaller than the frame makes the MAC chain buffers; the
+	// driver counts one drop and resynchronises on L.
+	r := fectest.NewRig(t, fectest.RigOptions{})
+	r.Model.Write32(fec.ENETx_MRBR, 256)
+	f := randomFrame(rand.New(rand.NewPCG(1, 1)), 700, nicMAC)
+	r.Model.Deliver(f, fectest.RxOK)
+	_, err := r.NIC.Receive()
+	var fe *fec.FrameError
+	if !errors.As(err, &fe) || fe.Kind != fec.RxMultiBuffer {
+		t.Fatalf("got %v", err)
+	}
+	if st := r.NIC.Stats().Rx; st.MultiBuffer != 1 {
+		t.Fatalf("MultiBuffer = %d", st.MultiBuffer)
+	}
+	if p, err := r.NIC.Receive(); p != nil || err != nil {
+		t.Fatalf("ring not resynchronised: %v %v", p, err)
+	}
+}
+
+func TestRxRunsOutOfSparesWithAClearError(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.Copybreak = -1; c.RxSpare = 2; c.RxRing = 8 }})
+	rng := rand.New(rand.NewPCG(2, 2))
+	var held []*fec.Packet
+	for i := 0; i < 2; i++ {
+		r.Model.Deliver(randomFrame(rng, 500, nicMAC), fectest.RxOK)
+		p, err := r.NIC.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	r.Model.Deliver(randomFrame(rng, 500, nicMAC), fectest.RxOK)
+	if _, err := r.NIC.Receive(); !errors.Is(err, fec.ErrNoRxBuffer) {
+		t.Fatalf("got %v, want ErrNoRxBuffer", err)
+	}
+	if st := r.NIC.Stats().Rx; st.NoBuffer != 1 {
+		t.Fatalf("NoBuffer = %d", st.NoBuffer)
+	}
+	for _, p := range held {
+		p.Release()
+	}
+	f := randomFrame(rng, 500, nicMAC)
+	r.Model.Deliver(f, fectest.RxOK)
+	if p, err := r.NIC.Receive(); err != nil || !bytes.Equal(p.Data, f) {
+		t.Fatalf("after release: %v", err)
+	}
+	if err := held[0].Release(); !errors.Is(err, fec.ErrReleased) {
+		t.Fatalf("double release: %v", err)
+	}
+	if st := r.NIC.Stats().Rx; st.DoubleRelease != 1 {
+		t.Fatalf("DoubleRelease = %d", st.DoubleRelease)
+	}
+}
+
+func TestFullRxRingDropsAreCountedByTheMAC(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.RxRing = 4 }})
+	rng := rand.New(rand.NewPCG(4, 4))
+	for i := 0; i < 6; i++ {
+		r.Model.Deliver(randomFrame(rng, 100, nicMAC), fectest.RxOK)
+	}
+	if s := r.Model.Stats(); s.RxFrames != 4 || s.RxNoDescriptor != 2 {
+		t.Fatalf("model %+v", s)
+	}
+	if v := mib(r.NIC, "IEEE_R_MACERR"); v != 2 {
+		t.Fatalf("IEEE_R_MACERR = %d", v)
+	}
+	got := 0
+	for {
+		p, err := r.NIC.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == nil {
+			break
+		}
+		got++
+		p.Release()
+	}
+	if got != 4 {
+		t.Fatalf("received %d", got)
+	}
+	// RDAR was rewritten on refill: frames flow again.
+	if !r.Model.Deliver(randomFrame(rng, 100, nicMAC), fectest.RxOK) {
+		t.Fatal("ring did not restart after refill")
+	}
+}
+
+func mib(n *fec.NIC, name string) uint32 {
+	for _, c := range n.MIB() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	panic(name)
+}
