@@ -117,6 +117,9 @@ func Parse(f []byte) (Headers, error) {
 			}
 			break
 		}
+		if o > len(f) {
+			return h, ErrTruncated // extension headers run past the frame
+		}
 		h.Proto, h.L4 = next, o
 	default:
 		return h, ErrNotIP

@@ -1,0 +1,85 @@
+package pkt
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+// FuzzParse checks Parse against gopacket: it never panics, and whenever
+// gopacket decodes an unfragmented TCP or UDP packet, Parse finds the same
+// transport header and checksum field.
+func FuzzParse(f *testing.F) {
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2}
+	v4 := append(append([]byte{}, eth...), 0x08, 0x00, 0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2)
+	v4 = append(v4, make([]byte, 20)...)
+	v4[14+20+12] = 0x50
+	f.Add(v4)
+	v6 := append(append([]byte{}, eth...), 0x86, 0xDD, 0x60, 0, 0, 0, 0, 8, 17, 64)
+	v6 = append(v6, make([]byte, 32+8)...)
+	binary.BigEndian.PutUint16(v6[14+40+4:], 8)
+	f.Add(v6)
+	vlan := append(append([]byte{}, eth...), 0x81, 0x00, 0, 42)
+	vlan = append(vlan, v4[12:]...)
+	f.Add(vlan)
+	ext := append(append([]byte{}, eth...), 0x86, 0xDD, 0x60, 0, 0, 0, 0, 16, 0, 64)
+	ext = append(ext, make([]byte, 32)...)
+	ext = append(ext, 17, 0, 0, 0, 0, 0, 0, 0) // hop-by-hop, then UDP
+	ext = append(ext, make([]byte, 8)...)
+	f.Add(ext)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if h.L4 > len(b) || h.L3 > h.L4 {
+			t.Fatalf("offsets past the frame: %+v len %d", h, len(b))
+		}
+		p := gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.Default)
+		if p.ErrorLayer() != nil || h.Fragment || h.VLANs > 1 {
+			return
+		}
+		off := 0
+		for _, l := range p.Layers() {
+			switch l.LayerType() {
+			case layers.LayerTypeTCP, layers.LayerTypeUDP:
+				if off != h.L4 {
+					t.Fatalf("gopacket puts the transport header at %d, Parse at %d", off, h.L4)
+				}
+				return
+			case layers.LayerTypeIPv6Fragment, layers.LayerTypeIPv6Routing:
+				return
+			}
+			off += len(l.LayerContents())
+		}
+	})
+}
+
+func TestChecksumHelpers(t *testing.T) {
+	// RFC 1071 example words.
+	b := []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}
+	if got := Fold(Sum(0, b)); got != 0xddf2 {
+		t.Fatalf("sum %#x", got)
+	}
+	if Fold(Sum(0, []byte{1})) != 0x100 {
+		t.Fatal("odd byte not padded")
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for _, b := range [][]byte{
+		nil,
+		make([]byte, 13),
+		append(make([]byte, 12), 0x08, 0x06, 0, 0),                                                           // ARP
+		append(make([]byte, 12), 0x08, 0x00, 0x45),                                                           // truncated IPv4
+		append(make([]byte, 12), 0x08, 0x00, 0x44, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), // IHL 4
+		append(make([]byte, 12), 0x86, 0xDD, 0x60),                                                           // truncated IPv6
+		append(make([]byte, 12), 0x81, 0x00, 0, 1),                                                           // truncated VLAN
+	} {
+		if _, err := Parse(b); err == nil {
+			t.Fatalf("accepted %x", b)
+		}
+	}
+}
