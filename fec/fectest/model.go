@@ -826,3 +826,34 @@ func (m *Model) mibFrame(d string, f []byte) {
 	}
 	m.mibAdd("RMON_"+d+"_"+bucket, 1)
 }
+
+// InjectDescriptor completes the current RX descriptor with arbitrary
+// content, length, status and extended words, as a misbehaving MAC might:
+// for fuzzing the driver's descriptor decoding. It reports whether an empty
+// descriptor was there.
+func (m *Model) InjectDescriptor(data []byte, length uint16, st fec.RxStatus, e0, e1 uint32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.desc(m.get(fec.ENETx_RDSR), m.rxIdx)
+	if !ok || fec.RxStatus(load(&d[0])>>16)&fec.RX_E == 0 {
+		return false
+	}
+	if n := min(len(data), int(m.get(fec.ENETx_MRBR))); n > 0 {
+		if err := m.mem.DeviceWrite(dma.Addr(load(&d[1])), data[:n]); err != nil {
+			m.violation("inject: %v", err)
+		}
+	}
+	w := fec.RxStatus(load(&d[0])>>16) & fec.RX_W
+	if m.enhanced() {
+		store(&d[2], load(&d[2])&0xFFFF0000|e0&0xFFFF|e0&0xFF7F0000)
+		store(&d[3], e1)
+		store(&d[4], fec.BDU)
+	}
+	store(&d[0], uint32(length)|uint32(st&^fec.RX_E&^fec.RX_W|w)<<16)
+	if w != 0 {
+		m.rxIdx = 0
+	} else {
+		m.rxIdx++
+	}
+	return true
+}
