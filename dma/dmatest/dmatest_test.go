@@ -189,3 +189,104 @@ func TestMappingSlotsExhaust(t *testing.T) {
 	}
 	wantOne(t, m, BadBuffer)
 }
+
+func TestFromDeviceMappingsAndTheirSyncs(t *testing.T) {
+	m := New(t, Options{})
+	heap := make([]byte, 300)
+	mb, err := m.Map(heap, dma.FromDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeviceWrite(mb.Addr()+10, []byte("from the wire")); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(heap, []byte("wire")) {
+		t.Fatal("device write visible before unmap")
+	}
+	m.SyncForCPU(mb.Slice(0, 64), dma.FromDevice) // partial sync of a mapping
+	if !bytes.Contains(heap, []byte("wire")) {
+		t.Fatal("sync-for-cpu of a mapping did not copy")
+	}
+	copy(heap[100:], "cpu bytes")
+	m.SyncForDevice(mb.Slice(100, 9), dma.ToDevice)
+	got := make([]byte, 9)
+	_ = m.DeviceRead(mb.Addr()+100, got) // from-device mapping read: a violation
+	if string(got) != "cpu bytes" {
+		t.Fatalf("device read %q", got)
+	}
+	wantOne(t, m, CPUOwned)
+	m.SyncForDevice(dma.MakeBuffer(heap[:8], mb.Addr()+4000, mb.Tag()), dma.ToDevice)
+	wantOne(t, m, BadBuffer)
+	if err := m.Unmap(mb, dma.FromDevice); err != nil {
+		t.Fatal(err)
+	}
+	m.SyncForCPU(mb, dma.FromDevice) // after unmap
+	wantOne(t, m, BadBuffer)
+	to, _ := m.Map(make([]byte, 16), dma.ToDevice)
+	_ = m.DeviceWrite(to.Addr(), []byte{1})
+	wantOne(t, m, CPUOwned)
+	m.Unmap(to, dma.ToDevice)
+	if c := m.Counters(); c.Maps != 2 || c.Cleaned == 0 || c.Invalidated == 0 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestBidirectionalAndForeignBuffers(t *testing.T) {
+	m := New(t, Options{})
+	b, _ := m.Alloc(128, 64, dma.Cached)
+	copy(b.Bytes(), "both ways")
+	m.SyncForDevice(b, dma.Bidirectional)
+	_ = m.DeviceWrite(b.Addr()+64, []byte("reply"))
+	got := make([]byte, 9)
+	_ = m.DeviceRead(b.Addr(), got)
+	m.SyncForCPU(b, dma.Bidirectional)
+	if string(got) != "both ways" || !bytes.Contains(b.Bytes(), []byte("reply")) {
+		t.Fatalf("bidirectional: %q %q", got, b.Bytes())
+	}
+	foreign := dma.MakeBuffer(make([]byte, 8), 0x1234, 99)
+	m.SyncForDevice(foreign, dma.ToDevice)
+	wantOne(t, m, BadBuffer)
+	m.SyncForCPU(foreign, dma.ToDevice)
+	wantOne(t, m, BadBuffer)
+	if err := m.Free(foreign); err == nil {
+		t.Fatal("freed a foreign buffer")
+	}
+	wantOne(t, m, BadBuffer)
+	if err := m.Free(dma.MakeBuffer(b.Bytes()[64:], b.Addr()+64, b.Tag())); err == nil {
+		t.Fatal("freed the middle of an allocation")
+	}
+	wantOne(t, m, BadBuffer)
+	_ = m.DeviceWrite(0x10, []byte{1})
+	wantOne(t, m, BadAddress)
+	// A line the device wrote, freed without an invalidate.
+	m.SyncForDevice(b, dma.FromDevice)
+	_ = m.DeviceWrite(b.Addr(), []byte{1})
+	m.SyncForCPU(b.Slice(64, 64), dma.FromDevice)
+	if err := m.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if vs := m.Take(); len(vs) != 1 || vs[0].Kind != FreeWhileDevice {
+		t.Fatalf("violations %v", kinds(vs))
+	}
+	c, _ := m.Alloc(64, 64, dma.Coherent)
+	m.SyncForDevice(c, dma.ToDevice) // coherent: nothing to do, nothing wrong
+	m.SyncForCPU(c, dma.FromDevice)
+	if err := m.Free(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestViolationsReadWell(t *testing.T) {
+	v := Violation{Kind: StaleDeviceRead, Area: "cached memory 0x90000000", Addr: 0x90000040, Offset: 64, Site: "x", Where: "y"}
+	s := v.String()
+	for _, want := range []string{"CPU changed", "offset 64", "0x90000040", "handed over at x", "detected at y"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("%q lacks %q", s, want)
+		}
+	}
+	for k := StaleDeviceRead; k <= BadBuffer; k++ {
+		if k.String() == "" {
+			t.Fatalf("kind %d unnamed", k)
+		}
+	}
+}
