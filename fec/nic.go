@@ -70,7 +70,7 @@ type Config struct {
 
 // DefaultCopybreak is the RX copybreak default, chosen with
 // BenchmarkRxCopybreak (see the README).
-const DefaultCopybreak = 256
+const DefaultCopybreak = 512
 
 // Errors.
 var (

@@ -528,7 +528,7 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 		return
 	}
 	m.stats.TxFrames++
-	m.mibFrame("T", frame)
+	m.mibFrame(&mibTx, frame)
 	if m.peer != nil {
 		m.pending = append(m.pending, bytes.Clone(frame))
 	}
@@ -746,7 +746,7 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 		}
 	}
 	m.stats.RxFrames++
-	m.mibFrame("R", frame)
+	m.mibFrame(&mibRx, frame)
 	if fault == RxCRC {
 		m.mibAdd("IEEE_R_CRC", 1)
 	}
@@ -785,46 +785,66 @@ func rxChecksum(f []byte) (e0, e1 uint32) {
 }
 
 func (m *Model) mibAdd(name string, v uint32) {
-	if m.get(fec.ENETx_MIBC)&fec.MIBC_DIS != 0 {
-		return
-	}
 	off, ok := fec.MIBRegisterOffset(name)
 	if !ok {
 		panic("fectest: unknown MIB counter " + name)
 	}
-	m.regs[off/4] += v
+	m.mibAt(off, v)
 }
 
-// mibFrame counts one good frame of direction d ("T" or "R").
-func (m *Model) mibFrame(d string, f []byte) {
+func (m *Model) mibAt(off, v uint32) {
+	if m.get(fec.ENETx_MIBC)&fec.MIBC_DIS == 0 {
+		m.regs[off/4] += v
+	}
+}
+
+// mibDir holds the offsets of the per-frame counters of one direction.
+type mibDir struct {
+	packets, octets, frameOK, octetsOK, bc, mc uint32
+	buckets                                    [7]uint32 // 64, 65-127, ..., 1024-2047, >=2048
+}
+
+func mibOffsets(d string) mibDir {
+	o := func(n string) uint32 {
+		off, ok := fec.MIBRegisterOffset(n)
+		if !ok {
+			panic("fectest: unknown MIB counter " + n)
+		}
+		return off
+	}
+	r := mibDir{packets: o("RMON_" + d + "_PACKETS"), octets: o("RMON_" + d + "_OCTETS"),
+		frameOK: o("IEEE_" + d + "_FRAME_OK"), octetsOK: o("IEEE_" + d + "_OCTETS_OK"),
+		bc: o("RMON_" + d + "_BC_PKT"), mc: o("RMON_" + d + "_MC_PKT")}
+	for i, b := range []string{"P64", "P65TO127", "P128TO255", "P256TO511", "P512TO1023", "P1024TO2047", "P_GTE2048"} {
+		r.buckets[i] = o("RMON_" + d + "_" + b)
+	}
+	return r
+}
+
+var mibTx, mibRx = mibOffsets("T"), mibOffsets("R")
+
+// mibFrame counts one good frame of direction d.
+func (m *Model) mibFrame(d *mibDir, f []byte) {
 	n := len(f) + 4
-	m.mibAdd("RMON_"+d+"_PACKETS", 1)
-	m.mibAdd("RMON_"+d+"_OCTETS", uint32(n))
-	m.mibAdd("IEEE_"+d+"_FRAME_OK", 1)
-	m.mibAdd("IEEE_"+d+"_OCTETS_OK", uint32(n))
+	m.mibAt(d.packets, 1)
+	m.mibAt(d.octets, uint32(n))
+	m.mibAt(d.frameOK, 1)
+	m.mibAt(d.octetsOK, uint32(n))
 	if f[0]&1 != 0 {
 		if f[0] == 0xFF && f[1] == 0xFF {
-			m.mibAdd("RMON_"+d+"_BC_PKT", 1)
+			m.mibAt(d.bc, 1)
 		} else {
-			m.mibAdd("RMON_"+d+"_MC_PKT", 1)
+			m.mibAt(d.mc, 1)
 		}
 	}
-	bucket := "P_GTE2048"
-	switch {
-	case n <= 64:
-		bucket = "P64"
-	case n <= 127:
-		bucket = "P65TO127"
-	case n <= 255:
-		bucket = "P128TO255"
-	case n <= 511:
-		bucket = "P256TO511"
-	case n <= 1023:
-		bucket = "P512TO1023"
-	case n <= 2047:
-		bucket = "P1024TO2047"
+	b := 6
+	for i, lim := range []int{64, 127, 255, 511, 1023, 2047} {
+		if n <= lim {
+			b = i
+			break
+		}
 	}
-	m.mibAdd("RMON_"+d+"_"+bucket, 1)
+	m.mibAt(d.buckets[b], 1)
 }
 
 // InjectDescriptor completes the current RX descriptor with arbitrary

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fec_test
+
+const raceEnabled = false
