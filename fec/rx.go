@@ -301,11 +301,16 @@ func (n *NIC) Receive() (*Packet, error) {
 			n.mem.SyncForDevice(synced, dma.FromDevice)
 			return fe(RxBadChecksum)
 		}
-		if len(r.freePkts) == 0 {
+		// Nothing to hand the frame up in: give the buffer back, count,
+		// say why.
+		noBuffer := func(what string, held int) (*Packet, error) {
 			r.stats.NoBuffer++
 			n.mem.SyncForDevice(synced, dma.FromDevice)
 			r.repost(n, i)
-			return nil, fmt.Errorf("%w: all %d packets held by the caller", ErrNoRxBuffer, len(r.pkts))
+			return nil, fmt.Errorf("%w: all %d %s held by the caller", ErrNoRxBuffer, held, what)
+		}
+		if len(r.freePkts) == 0 {
+			return noBuffer("packets", len(r.pkts))
 		}
 		p := r.freePkts[len(r.freePkts)-1]
 		if plen <= r.copybreak {
@@ -324,10 +329,7 @@ func (n *NIC) Receive() (*Packet, error) {
 			r.stats.Copied += uint64(plen)
 		} else {
 			if len(r.spares) == 0 {
-				r.stats.NoBuffer++
-				n.mem.SyncForDevice(synced, dma.FromDevice)
-				r.repost(n, i)
-				return nil, fmt.Errorf("%w: all %d spare buffers held by the caller", ErrNoRxBuffer, cap(r.spares))
+				return noBuffer("spare buffers", n.cfg.RxSpare)
 			}
 			spare := r.spares[len(r.spares)-1]
 			r.spares = r.spares[:len(r.spares)-1]

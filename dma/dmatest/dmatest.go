@@ -440,24 +440,30 @@ func (m *Memory) checkWhole(off, n int, pc uintptr) {
 	}
 }
 
+// syncTarget handles syncs of coherent memory (nothing to do) and mappings,
+// and returns the cache lines of a cached buffer still to be processed.
+func (m *Memory) syncTarget(b dma.Buffer, dir dma.Dir, toDevice bool, pc uintptr) (first, last, off int, ok bool) {
+	switch {
+	case b.Tag() == tagCoherent:
+		return 0, 0, 0, false
+	case b.Tag() >= tagMapBase:
+		m.syncMapping(b, dir, toDevice)
+		return 0, 0, 0, false
+	}
+	first, last, off, ok = m.lineRange(b)
+	if !ok {
+		m.report(BadBuffer, "sync", b.Addr(), 0, pc)
+	}
+	return first, last, off, ok && b.Len() > 0
+}
+
 // SyncForDevice implements dma.Memory.
 func (m *Memory) SyncForDevice(b dma.Buffer, dir dma.Dir) {
 	pc := m.caller()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b.Tag() == tagCoherent {
-		return
-	}
-	if b.Tag() >= tagMapBase {
-		m.syncMapping(b, dir, true)
-		return
-	}
-	first, last, off, ok := m.lineRange(b)
+	first, last, off, ok := m.syncTarget(b, dir, true, pc)
 	if !ok {
-		m.report(BadBuffer, "sync-for-device", b.Addr(), 0, pc)
-		return
-	}
-	if b.Len() == 0 {
 		return
 	}
 	r := &m.cached
@@ -494,19 +500,8 @@ func (m *Memory) SyncForCPU(b dma.Buffer, dir dma.Dir) {
 	pc := m.caller()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if b.Tag() == tagCoherent {
-		return
-	}
-	if b.Tag() >= tagMapBase {
-		m.syncMapping(b, dir, false)
-		return
-	}
-	first, last, off, ok := m.lineRange(b)
+	first, last, off, ok := m.syncTarget(b, dir, false, pc)
 	if !ok {
-		m.report(BadBuffer, "sync-for-cpu", b.Addr(), 0, pc)
-		return
-	}
-	if b.Len() == 0 {
 		return
 	}
 	r := &m.cached
