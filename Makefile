@@ -1,7 +1,7 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
@@ -22,11 +22,11 @@ unit:
 race:
 	$(GO) test -race -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > /dev/null
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM
 cross:
@@ -44,7 +44,7 @@ fuzz:
 bench: bench-host
 
 bench-host:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./bounce/ ./fec/
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./bounce/ ./fec/ ./tso/ ./internal/pkt/
 
 clean:
 	rm -rf build

@@ -137,16 +137,34 @@ func Parse(f []byte) (Headers, error) {
 }
 
 // Sum adds b to a running ones'-complement sum (RFC 1071), treating b as
-// big-endian 16-bit words; an odd trailing byte is padded with zero.
+// big-endian 16-bit words; an odd trailing byte is padded with zero. The
+// result is folded to 16 bits (not complemented), so callers may keep
+// adding small values before Fold. Since 2^16 = 1 mod 0xFFFF, 32-bit words
+// summed in 64 bits give the same result as 16-bit words.
 func Sum(sum uint32, b []byte) uint32 {
-	n := len(b) &^ 1
-	for i := 0; i < n; i += 2 {
-		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	s := uint64(sum)
+	for len(b) >= 32 {
+		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:])) +
+			uint64(binary.BigEndian.Uint32(b[8:])) + uint64(binary.BigEndian.Uint32(b[12:])) +
+			uint64(binary.BigEndian.Uint32(b[16:])) + uint64(binary.BigEndian.Uint32(b[20:])) +
+			uint64(binary.BigEndian.Uint32(b[24:])) + uint64(binary.BigEndian.Uint32(b[28:]))
+		b = b[32:]
 	}
-	if len(b)&1 != 0 {
-		sum += uint32(b[len(b)-1]) << 8
+	for len(b) >= 4 {
+		s += uint64(binary.BigEndian.Uint32(b))
+		b = b[4:]
 	}
-	return sum
+	if len(b) >= 2 {
+		s += uint64(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint64(b[0]) << 8
+	}
+	for s > 0xFFFF {
+		s = s>>16 + s&0xFFFF
+	}
+	return uint32(s)
 }
 
 // Fold folds a running sum to 16 bits (not complemented).

@@ -1,6 +1,7 @@
 package pkt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 
@@ -83,5 +84,44 @@ func TestParseRejects(t *testing.T) {
 		if _, err := Parse(b); err == nil {
 			t.Fatalf("accepted %x", b)
 		}
+	}
+}
+
+// naiveSum is RFC 1071's loop, one 16-bit word at a time.
+func naiveSum(sum uint32, b []byte) uint32 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	return sum
+}
+
+func TestSumMatchesTheNaiveLoop(t *testing.T) {
+	b := make([]byte, 3000)
+	for i := range b {
+		b[i] = byte(i*7 + i>>3)
+	}
+	for start := 0; start < 9; start++ {
+		for n := 0; n < 200; n++ {
+			for _, seed := range []uint32{0, 0xFFFF, 0x1FFFE} {
+				if got, want := Fold(Sum(seed, b[start:start+n])), Fold(naiveSum(seed, b[start:start+n])); got != want {
+					t.Fatalf("start %d len %d seed %#x: %#x want %#x", start, n, seed, got, want)
+				}
+			}
+		}
+	}
+	ff := bytes.Repeat([]byte{0xFF}, 2999)
+	if got, want := Fold(Sum(0, ff)), Fold(naiveSum(0, ff)); got != want {
+		t.Fatalf("all ones: %#x want %#x", got, want)
+	}
+}
+
+func BenchmarkSum1500(b *testing.B) {
+	buf := make([]byte, 1500)
+	b.SetBytes(1500)
+	for b.Loop() {
+		Sum(0, buf)
 	}
 }
