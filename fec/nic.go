@@ -30,7 +30,8 @@ type Config struct {
 	MAC  [6]byte
 	// Interface selects RMII (default), RGMII or MII.
 	Interface Interface
-	// TxRing and RxRing are descriptor counts (default 256 each).
+	// TxRing and RxRing are descriptor counts (default 512 and 256: a 64 KiB
+	// TSO packet at MSS 536 needs up to 250 TX descriptors).
 	TxRing, RxRing int
 	// RxSpare is the number of extra RX buffers that back zero-copy
 	// hand-off of frames above the copybreak (default RxRing).
@@ -126,7 +127,7 @@ func New(cfg Config) (*NIC, error) {
 			*v = d
 		}
 	}
-	def(&cfg.TxRing, 256)
+	def(&cfg.TxRing, 512)
 	def(&cfg.RxRing, 256)
 	def(&cfg.RxSpare, cfg.RxRing)
 	def(&cfg.Packets, cfg.RxSpare+cfg.RxRing)
@@ -224,7 +225,7 @@ func (n *NIC) restartLocked() error {
 	return nil
 }
 
-func (n *NIC) restartRingsLocked() []txDone {
+func (n *NIC) restartRingsLocked() *[]txDone {
 	r := n.regs
 	// 1. Reset. The multi-queue parts are stopped with ECR=0 instead (AXI).
 	if n.cfg.Caps.Has(QuirkMultiQueue) {
@@ -242,7 +243,8 @@ func (n *NIC) restartRingsLocked() []txDone {
 	// 3. Clear all events but MII.
 	r.Write32(ENETx_EIR, ^uint32(EIR_MII))
 	// 4. Rings: frames in flight are aborted.
-	done := n.tx.reset(n)
+	n.tx.reset(n)
+	done := n.tx.takeDone()
 	n.rx.reset(n)
 	// 5. Ring registers.
 	r.Write32(ENETx_RDSR, uint32(n.rx.desc.Addr()))
@@ -338,7 +340,8 @@ func (n *NIC) Close() error {
 	n.regs.Write32(ENETx_EIMR, 0)
 	n.regs.Write32(ENETx_ECR, 0)
 	n.tx.mu.Lock()
-	done := n.tx.reset(n)
+	n.tx.reset(n)
+	done := n.tx.takeDone()
 	err := n.tx.free(n)
 	n.tx.mu.Unlock()
 	n.complete(done)
@@ -430,11 +433,18 @@ type txDone struct {
 	err    error
 }
 
-func (n *NIC) complete(done []txDone) {
-	if n.cfg.OnTxDone == nil {
+// complete delivers completions taken with takeDone, without locks held,
+// and recycles their buffer.
+func (n *NIC) complete(done *[]txDone) {
+	if done == nil {
 		return
 	}
-	for _, d := range done {
-		n.cfg.OnTxDone(d.cookie, d.err)
+	if n.cfg.OnTxDone != nil {
+		for _, d := range *done {
+			n.cfg.OnTxDone(d.cookie, d.err)
+		}
 	}
+	clear(*done) // drop cookie references
+	*done = (*done)[:0]
+	n.tx.pool.Put(done)
 }

@@ -5,10 +5,11 @@ type TxStats struct {
 	Frames, Bytes uint64
 	// Descs counts descriptors used; Descs/Frames is descriptors per frame.
 	Descs uint64
-	// Copied counts bytes copied into slots or bounce buffers (padding
-	// included); Cleaned counts bytes cleaned from the data cache, rounded
-	// out to cache lines.
-	Copied, Cleaned uint64
+	// Copied counts caller bytes copied into slots or bounce buffers
+	// (padding included); HeaderBytes counts TSO segment headers built in
+	// slots (not copies of caller memory); Cleaned counts bytes cleaned
+	// from the data cache, rounded out to cache lines.
+	Copied, HeaderBytes, Cleaned uint64
 	// Direct counts frames sent without copying a byte; Bounced frames sent
 	// from a full-frame bounce buffer.
 	Direct, Bounced uint64
@@ -16,6 +17,9 @@ type TxStats struct {
 	RingFull, TooLong, TooShort, MapErrors, CsumErrors uint64
 	// Completed with an error reported by the MAC.
 	Errors, Underflow, LateCollision, ExcessCollision, FrameError uint64
+	// GSOPackets were segmented in software into GSOSegments frames (each
+	// also counted in Frames); GSOErrors were refused or cut short.
+	GSOPackets, GSOSegments, GSOErrors uint64
 	// Rekicks counts ERR006358 re-kicks; KicksSkipped counts TDAR writes
 	// skipped by the ERR007885 rule because the uDMA was still active.
 	Rekicks, KicksSkipped uint64

@@ -8,6 +8,7 @@ import (
 	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
+	"github.com/tamanic/tamanic/tso"
 )
 
 // SlotSize is the aligned scratch area of each TX descriptor: a TSO header
@@ -28,8 +29,9 @@ type TxOptions struct {
 type txSlot struct {
 	mapped  dma.Buffer // in-place mapping, unmapped at completion
 	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
-	last    bool
+	last    bool       // completes the caller's frame or GSO packet
 	cookie  any
+	err     error // reported with the completion (a GSO packet cut short)
 }
 
 type txRing struct {
@@ -45,7 +47,9 @@ type txRing struct {
 	strategy             bounce.Strategy
 	placer               bounce.Placer
 	plan                 bounce.Plan
-	done                 []txDone // completion scratch, reused
+	seg                  tso.Segmenter
+	done                 []txDone  // completions not yet delivered
+	pool                 sync.Pool // of *[]txDone: delivery buffers swapped in for done
 	stats                TxStats
 }
 
@@ -78,6 +82,7 @@ func (t *txRing) alloc(n *NIC) error {
 	}
 	t.slots = make([]txSlot, cnt)
 	t.done = make([]txDone, 0, cnt)
+	t.pool.New = func() any { s := make([]txDone, 0, 64); return &s }
 	t.strategy = n.cfg.Strategy
 	t.placer = bounce.Placer{Align: max(n.cfg.Caps.TxAlign, 1), MaxDescs: n.cfg.MaxTxDescs}
 	return nil
@@ -99,10 +104,23 @@ func (t *txRing) free(n *NIC) error {
 	return nil
 }
 
+// takeDone hands over the pending completions for delivery outside the
+// lock, leaving an empty list in their place. Called with mu held; nil when
+// there is nothing to deliver.
+func (t *txRing) takeDone() *[]txDone {
+	if len(t.done) == 0 {
+		return nil
+	}
+	p := t.pool.Get().(*[]txDone)
+	out := t.done
+	t.done = (*p)[:0]
+	*p = out
+	return p
+}
+
 // reset releases every descriptor (frames in flight complete with
 // ErrAborted) and rebuilds the ring empty. The MAC must be stopped.
-func (t *txRing) reset(n *NIC) []txDone {
-	t.done = t.done[:0]
+func (t *txRing) reset(n *NIC) {
 	for t.inFlight > 0 {
 		t.release(n, t.dirty, ErrAborted)
 		t.dirty = (t.dirty + 1) % t.r.n
@@ -115,7 +133,6 @@ func (t *txRing) reset(n *NIC) []txDone {
 	}
 	t.r.store(t.r.n-1, dwLenStatus, lenStatus(0, uint16(TX_W)))
 	t.cur, t.dirty = 0, 0
-	return t.done
 }
 
 // release undoes the mappings of descriptor i and queues its completion.
@@ -130,6 +147,9 @@ func (t *txRing) release(n *NIC, i int, err error) {
 		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
 	}
 	if s.last {
+		if err == nil {
+			err = s.err
+		}
 		t.done = append(t.done, txDone{cookie: s.cookie, err: err})
 	}
 	*s = txSlot{}
@@ -167,8 +187,7 @@ func (n *NIC) Transmit(frags [][]byte, opts TxOptions, cookie any) error {
 	t := &n.tx
 	t.mu.Lock()
 	err := n.transmitLocked(frags, opts, cookie)
-	done := t.done
-	t.done = t.done[:0]
+	done := t.takeDone()
 	t.mu.Unlock()
 	n.complete(done)
 	return err
@@ -210,7 +229,15 @@ func (n *NIC) transmitLocked(frags [][]byte, opts TxOptions, cookie any) error {
 	if err := t.placer.Place(t.strategy, frags, t, &t.plan); err != nil {
 		return fmt.Errorf("fec: placing %d-byte frame: %w", total, err)
 	}
-	return n.post(opts, cookie)
+	var ext uint32
+	if opts.Csum {
+		ext = TXE_PINS | TXE_IINS
+	}
+	if err := n.post(ext, true, cookie, 0); err != nil {
+		return err
+	}
+	n.kickTx()
+	return nil
 }
 
 // zeroCsums clears the IPv4 header checksum and the TCP/UDP checksum, which
@@ -235,7 +262,9 @@ func zeroCsums(f []byte) error {
 // post maps and publishes the frame in t.plan. Slots of the frame are not
 // marked last until published, so releasing them on failure reports
 // nothing.
-func (n *NIC) post(opts TxOptions, cookie any) error {
+// built is how many leading bytes of the plan's first segment are a header
+// built in place (TSO) rather than bytes copied from the caller.
+func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	t := &n.tx
 	segs := t.plan.Segments()
 	// Map and sync everything first, so a failure leaves the ring untouched.
@@ -268,10 +297,6 @@ func (n *NIC) post(opts TxOptions, cookie any) error {
 		_, cl := dma.LineSpan(b.Addr(), b.Len())
 		t.stats.Cleaned += uint64(cl)
 	}
-	var ext uint32
-	if opts.Csum {
-		ext = TXE_PINS | TXE_IINS
-	}
 	last := len(segs) - 1
 	// Descriptors after the first get R as they are written; the first is
 	// published last so the uDMA never sees a partial frame.
@@ -282,8 +307,10 @@ func (n *NIC) post(opts TxOptions, cookie any) error {
 		e := ext
 		if j == last {
 			st |= TX_L
-			e |= TXE_INT
-			sl.last, sl.cookie = true, cookie
+			if owner {
+				e |= TXE_INT
+				sl.last, sl.cookie = true, cookie
+			}
 		}
 		if i == t.r.n-1 {
 			st |= TX_W
@@ -309,13 +336,13 @@ func (n *NIC) post(opts TxOptions, cookie any) error {
 	t.stats.Frames++
 	t.stats.Bytes += uint64(t.plan.Len)
 	t.stats.Descs += uint64(len(segs))
-	t.stats.Copied += uint64(t.plan.Copied)
+	t.stats.Copied += uint64(t.plan.Copied - built)
+	t.stats.HeaderBytes += uint64(built)
 	if t.plan.Bounce {
 		t.stats.Bounced++
 	} else if t.plan.Copied == 0 {
 		t.stats.Direct++
 	}
-	n.kickTx()
 	return nil
 }
 
@@ -356,8 +383,7 @@ func (n *NIC) Reclaim() int {
 	t := &n.tx
 	t.mu.Lock()
 	c := t.reclaimLocked(n)
-	done := t.done
-	t.done = t.done[:0]
+	done := t.takeDone()
 	t.mu.Unlock()
 	n.complete(done)
 	return c
