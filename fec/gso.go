@@ -18,6 +18,12 @@ var ErrGSOPartial = errors.New("fec: GSO packet cut short")
 // plus two more wherever a segment straddles a view boundary.
 func GSOBudget(segs, views int) int { return 2*segs + 2*views }
 
+// MaxGSOSegments returns the most segments a GSO packet whose payload
+// comes in up to views views can have and still fit the TX ring.
+func (n *NIC) MaxGSOSegments(views int) int {
+	return max(0, (n.tx.r.n-2*views)/2)
+}
+
 // TransmitGSO segments one large packet in software (TSO, UDP
 // fragmentation or UDP GSO) and queues every segment: each segment's header
 // is built by package tso directly in the aligned TX slot of its first

@@ -1,0 +1,69 @@
+// Package netstack exposes a NIC to gVisor's netstack as a link endpoint
+// with Ethernet framing, TX checksum offload, host GSO (software TSO in the
+// driver), zero-copy TX (packet memory is handed to the NIC, which holds a
+// reference until the hardware is done) and GRO on receive.
+//
+// The endpoint drives the small Device interface declared here, so any NIC
+// (the ENET driver via package fecdev, later a ConnectX backend) plugs in
+// by describing honestly what it can do.
+package netstack
+
+import (
+	"github.com/tamanic/tamanic/tso"
+)
+
+// DeviceInfo describes a NIC's capabilities.
+type DeviceInfo struct {
+	MAC [6]byte
+	// MaxFrame is the longest frame without FCS (1518 for a 1500-byte MTU
+	// with room for one VLAN tag).
+	MaxFrame int
+	// TxCsum: the NIC inserts IPv4 header and TCP/UDP checksums when asked.
+	TxCsum bool
+	// RxCsum: received frames may carry hardware checksum verdicts.
+	RxCsum bool
+	// Segmentation: TransmitGSO is implemented (in hardware or software).
+	Segmentation bool
+	// MaxTxDescs is the most descriptors one frame may use; TxAlign the
+	// start alignment of TX buffers (informational).
+	MaxTxDescs, TxAlign int
+	// MaxGSOSegments is the most segments one GSO packet may become (the
+	// TX ring must hold them all at once).
+	MaxGSOSegments int
+}
+
+// Frame is a received frame, valid until Release.
+type Frame interface {
+	// Bytes returns the frame from the destination MAC address, no FCS.
+	Bytes() []byte
+	// Verified reports which checksums the hardware checked and found good.
+	Verified() (ipv4Header, transport bool)
+	// Release returns the frame's memory to the NIC.
+	Release() error
+}
+
+// Device is what the endpoint needs of a NIC.
+type Device interface {
+	Info() DeviceInfo
+	// SetTxDone installs the completion callback: called once per frame or
+	// GSO packet with its cookie after the hardware is done with its memory.
+	SetTxDone(func(cookie any, err error))
+	// Transmit queues one frame given as fragments; csum asks for IPv4 and
+	// TCP/UDP checksum insertion.
+	Transmit(frags [][]byte, csum bool, cookie any) error
+	// TransmitGSO segments and queues one large packet (hdr: L2-L4 headers).
+	TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie any) error
+	// Full reports whether an error from Transmit/TransmitGSO means "ring
+	// full, try later" rather than a bad packet.
+	Full(err error) bool
+	// Receive returns the next frame, (nil, nil) when none waits, or an
+	// error for a frame the NIC dropped (already counted there).
+	Receive() (Frame, error)
+	// RxReady is signalled when frames may be waiting.
+	RxReady() <-chan struct{}
+	// Poll services the NIC without interrupts (reclaims TX, signals RX).
+	Poll()
+	// Close stops the NIC. Frames in flight complete (aborted) through the
+	// TX completion callback, so every held reference is released.
+	Close() error
+}

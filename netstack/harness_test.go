@@ -1,0 +1,216 @@
+package netstack_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/tamanic/tamanic/bounce"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/netstack"
+	"github.com/tamanic/tamanic/netstack/fecdev"
+)
+
+// mode is a TX configuration under test.
+type mode struct {
+	name     string
+	strategy bounce.Strategy
+	tso      bool
+	gro      bool
+}
+
+var modes = []mode{
+	{"bounce", bounce.Bounce, false, false},
+	{"sg", bounce.SG, false, false},
+	{"sg+tso", bounce.SG, true, false},
+	{"sg+tso+gro", bounce.SG, true, true},
+}
+
+// host is one gVisor stack on one ENET model.
+type host struct {
+	rig   *fectest.Rig
+	ep    *netstack.Endpoint
+	s     *stack.Stack
+	v4    tcpip.Address
+	v6    tcpip.Address
+	close func()
+}
+
+type hostOptions struct {
+	mode    mode
+	soc     fec.SoC
+	txRing  int
+	noTrace bool
+}
+
+func newHost(t testing.TB, i byte, o hostOptions) *host {
+	t.Helper()
+	if o.soc == 0 {
+		o.soc = fec.IMX6UL
+	}
+	var dev *fecdev.Device
+	mem := dmatest.New(t, dmatest.Options{NoTrace: o.noTrace, CachedSize: 64 << 20})
+	rig := fectest.NewRig(t, fectest.RigOptions{SoC: o.soc, Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, i}, NoDone: true, Config: func(c *fec.Config) {
+		c.Strategy = o.mode.strategy
+		c.Interrupts = true
+		c.TxRing = 512
+		if o.txRing != 0 {
+			c.TxRing = o.txRing
+		}
+		c.RxRing = 256
+		c.OnTxDone = func(cookie any, err error) { dev.Done(cookie, err) }
+	}})
+	dev = fecdev.New(rig.NIC)
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: o.mode.tso, GRO: o.mode.gro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	if err := s.CreateNIC(1, ep); err != nil {
+		t.Fatalf("CreateNIC: %v", err)
+	}
+	h := &host{rig: rig, ep: ep, s: s, v4: tcpip.AddrFrom4([4]byte{10, 0, 0, i}),
+		v6: tcpip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i})}
+	for _, a := range []tcpip.ProtocolAddress{
+		{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v4, PrefixLen: 24}},
+		{Protocol: ipv6.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v6, PrefixLen: 64}},
+	} {
+		if err := s.AddProtocolAddress(1, a, stack.AddressProperties{}); err != nil {
+			t.Fatalf("AddProtocolAddress: %v", err)
+		}
+	}
+	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}, {Destination: header.IPv6EmptySubnet, NIC: 1}})
+	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	// The interrupt handler, as the GIC would run it.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-rig.Model.IRQ():
+				rig.NIC.Interrupt()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	h.close = func() {
+		s.Close()
+		// stack.Close leaves link endpoints running: RemoveNIC closes ours,
+		// which stops the NIC and releases every packet still in flight.
+		s.RemoveNIC(1)
+		s.Wait()
+		close(stop)
+		wg.Wait()
+	}
+	return h
+}
+
+// pair builds two hosts joined by a wire.
+func pair(t testing.TB, o hostOptions) (a, b *host, w *fectest.Wire) {
+	a, b = newHost(t, 1, o), newHost(t, 2, o)
+	w = fectest.Connect(a.rig.Model, b.rig.Model)
+	t.Cleanup(func() {
+		a.close()
+		b.close()
+	})
+	return a, b, w
+}
+
+// stream is a deterministic byte stream for integrity checks.
+func stream(seed uint64) io.Reader { return &prng{r: rand.New(rand.NewPCG(seed, seed))} }
+
+type prng struct{ r *rand.Rand }
+
+func (p *prng) Read(b []byte) (int, error) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		v := p.r.Uint64()
+		for k := 0; k < 8; k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+	for i := len(b) &^ 7; i < len(b); i++ {
+		b[i] = byte(p.r.Uint64())
+	}
+	return len(b), nil
+}
+
+// transfer sends n bytes from a to b over TCP and compares SHA-256 digests.
+func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error {
+	proto, src, dst := ipv4.ProtocolNumber, from.v4, to.v4
+	if v6 {
+		proto, src, dst = ipv6.ProtocolNumber, from.v6, to.v6
+	}
+	_ = src
+	l, err := gonet.ListenTCP(to.s, tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}, proto)
+	if err != nil {
+		return fmt.Errorf("listen: %v", err)
+	}
+	defer l.Close()
+	got := make(chan []byte, 1)
+	errc := make(chan error, 2)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		m, err := io.Copy(h, c)
+		if err != nil || m != n {
+			errc <- fmt.Errorf("received %d of %d bytes: %v", m, n, err)
+			return
+		}
+		got <- h.Sum(nil)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := gonet.DialContextTCP(ctx, from.s, tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}, proto)
+	if err != nil {
+		return fmt.Errorf("dial: %v", err)
+	}
+	want := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(c, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
+		c.Close()
+		return fmt.Errorf("send: %v", err)
+	}
+	c.Close()
+	select {
+	case g := <-got:
+		if !bytes.Equal(g, want.Sum(nil)) {
+			return fmt.Errorf("SHA-256 mismatch after %d bytes", n)
+		}
+	case err := <-errc:
+		return err
+	case <-time.After(90 * time.Second):
+		return fmt.Errorf("transfer of %d bytes timed out", n)
+	}
+	return nil
+}

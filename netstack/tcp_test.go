@@ -1,0 +1,237 @@
+package netstack_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/fec/fectest"
+)
+
+// bulk is the per-direction TCP transfer size: 64 MiB, or 4 MiB under the
+// race detector (which runs about 20 times slower); -short cuts it too.
+func bulk() int64 {
+	if raceEnabled || testing.Short() {
+		return 4 << 20
+	}
+	return 64 << 20
+}
+
+// wireCheck verifies every frame on the wire with gopacket: it decodes,
+// fits the MTU plus the Ethernet header, and carries valid IPv4 header and
+// TCP/UDP checksums (UDP fragments excepted: their checksum covers the
+// reassembled datagram).
+type wireCheck struct {
+	mu      sync.Mutex
+	frames  int
+	tooBig  int
+	bad     []string
+	maxSize int
+}
+
+func (c *wireCheck) filter(_ int, f []byte) fectest.Action {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frames++
+	c.maxSize = max(c.maxSize, len(f))
+	if len(f) > 1514 {
+		c.tooBig++
+	}
+	if err := checksumsValid(f); err != nil && len(c.bad) < 5 {
+		c.bad = append(c.bad, err.Error())
+	}
+	return fectest.Pass
+}
+
+func (c *wireCheck) verify(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tooBig > 0 || len(c.bad) > 0 {
+		t.Fatalf("%d of %d frames over 1514 bytes (max %d); bad checksums: %v", c.tooBig, c.frames, c.maxSize, c.bad)
+	}
+}
+
+func checksumsValid(f []byte) error {
+	p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.NoCopy)
+	if p.Layer(layers.LayerTypeARP) != nil {
+		return nil
+	}
+	var nl gopacket.NetworkLayer
+	if v4, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+		c := *v4
+		buf := gopacket.NewSerializeBuffer()
+		gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, &c, gopacket.Payload(v4.Payload))
+		if binary.BigEndian.Uint16(buf.Bytes()[10:]) != v4.Checksum {
+			return fmt.Errorf("IPv4 header checksum %#x", v4.Checksum)
+		}
+		if v4.Flags&layers.IPv4MoreFragments != 0 || v4.FragOffset != 0 {
+			return nil
+		}
+		nl = v4
+	} else if v6, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
+		if p.Layer(layers.LayerTypeIPv6Fragment) != nil {
+			return nil
+		}
+		nl = v6
+	} else {
+		return fmt.Errorf("undecodable frame %x", f[:min(len(f), 40)])
+	}
+	o := gopacket.SerializeOptions{ComputeChecksums: true}
+	buf := gopacket.NewSerializeBuffer()
+	switch l := p.TransportLayer().(type) {
+	case *layers.TCP:
+		c := *l
+		c.SetNetworkLayerForChecksum(nl)
+		gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(l.Payload))
+		if binary.BigEndian.Uint16(buf.Bytes()[16:]) != l.Checksum {
+			return fmt.Errorf("TCP checksum %#x", l.Checksum)
+		}
+	case *layers.UDP:
+		c := *l
+		c.SetNetworkLayerForChecksum(nl)
+		gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(l.Payload))
+		want := binary.BigEndian.Uint16(buf.Bytes()[6:])
+		if want != l.Checksum && !(want == 0 && l.Checksum == 0xFFFF) {
+			return fmt.Errorf("UDP checksum %#x", l.Checksum)
+		}
+	}
+	return nil
+}
+
+// drained waits until no host holds packet references for DMA.
+func drained(t testing.TB, hs ...*host) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, h := range hs {
+		for h.ep.Stats().TxHeld != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d TX packets still held: %s", h.ep.Stats().TxHeld, h.rig.NIC.DumpTx())
+			}
+			h.rig.NIC.Reclaim()
+			time.Sleep(time.Millisecond)
+		}
+		if l := h.rig.Mem.LiveMappings(); len(l) != 0 {
+			t.Fatalf("DMA mappings leaked: %v", l[:min(3, len(l))])
+		}
+	}
+}
+
+func TestTCPBothWaysEveryModeIPv4AndIPv6(t *testing.T) {
+	n := bulk()
+	for _, m := range modes {
+		for _, v6 := range []bool{false, true} {
+			name := fmt.Sprintf("%s/ipv4", m.name)
+			if v6 {
+				name = fmt.Sprintf("%s/ipv6", m.name)
+			}
+			t.Run(name, func(t *testing.T) {
+				a, b, w := pair(t, hostOptions{mode: m, noTrace: true})
+				wc := &wireCheck{}
+				w.SetFilter(wc.filter)
+				start := time.Now()
+				var wg sync.WaitGroup
+				errs := make([]error, 2)
+				wg.Add(2)
+				go func() { defer wg.Done(); errs[0] = transfer(t, a, b, v6, 5001, n) }()
+				go func() { defer wg.Done(); errs[1] = transfer(t, b, a, v6, 5002, n) }()
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					t.Fatal(err)
+				}
+				el := time.Since(start)
+				wc.verify(t)
+				drained(t, a, b)
+				sa := a.ep.Stats()
+				if m.tso && sa.TxGSOPackets == 0 {
+					t.Fatal("TSO mode sent no GSO packets")
+				}
+				if !m.tso && sa.TxGSOPackets != 0 {
+					t.Fatal("GSO packets without TSO")
+				}
+				t.Logf("%d MiB each way in %v (%.0f Mbit/s per direction); %d frames on the wire, largest %d; a sent %d packets (%d GSO)",
+					n>>20, el.Round(time.Millisecond), float64(n*8)/el.Seconds()/1e6, wc.frames, wc.maxSize, sa.TxPackets, sa.TxGSOPackets)
+			})
+		}
+	}
+}
+
+func TestTCPSurvivesLossDuplicationAndReordering(t *testing.T) {
+	for _, m := range []mode{modes[1], modes[3]} {
+		t.Run(m.name, func(t *testing.T) {
+			a, b, w := pair(t, hostOptions{mode: m})
+			var k atomic.Int64
+			var drops, dups, delays atomic.Int64
+			w.SetFilter(func(_ int, f []byte) fectest.Action {
+				switch i := k.Add(1); {
+				case i%97 == 0:
+					drops.Add(1)
+					return fectest.Drop
+				case i%89 == 0:
+					dups.Add(1)
+					return fectest.Duplicate
+				case i%83 == 0:
+					delays.Add(1)
+					return fectest.Delay
+				}
+				return fectest.Pass
+			})
+			for _, v6 := range []bool{false, true} {
+				if err := transfer(t, a, b, v6, 6001, 2<<20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if drops.Load() == 0 || dups.Load() == 0 || delays.Load() == 0 {
+				t.Fatalf("faults not injected: %d %d %d", drops.Load(), dups.Load(), delays.Load())
+			}
+			drained(t, a, b)
+		})
+	}
+}
+
+func TestFullTXRingAppliesBackPressureAndLosesNothing(t *testing.T) {
+	// A 64-descriptor ring fits one 64 KiB TSO packet at most: TCP meets
+	// ErrNoBufferSpace constantly and must still deliver every byte.
+	a, b, _ := pair(t, hostOptions{mode: modes[2], txRing: 64})
+	// Hold a's uDMA off for 2 ms in every 3 (as PAUSE frames would), so
+	// descriptors pile up, then let it run again with a kick.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			a.rig.Model.SetFaults(fectest.Faults{TxStalled: true})
+			select {
+			case <-stop:
+			case <-time.After(2 * time.Millisecond):
+			}
+			a.rig.Model.SetFaults(fectest.Faults{})
+			a.rig.Model.Write32(fec.ENETx_TDAR, fec.DAR_ACTIVE)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	err := transfer(t, a, b, false, 7001, 8<<20)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := a.ep.Stats()
+	if st.TxRingFull == 0 {
+		t.Fatal("the ring never filled: the test shows nothing")
+	}
+	t.Logf("ring full %d times", st.TxRingFull)
+	drained(t, a, b)
+}
