@@ -1,7 +1,7 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
@@ -22,15 +22,15 @@ unit:
 race:
 	$(GO) test -race -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce, tso must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > /dev/null
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM
 cross:
-	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/...
+	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/...
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
@@ -45,6 +45,7 @@ bench: bench-host
 
 bench-host:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./bounce/ ./fec/ ./tso/ ./internal/pkt/
+	$(GO) test -run '^$$' -bench . -benchtime 4x ./netstack/
 
 clean:
 	rm -rf build

@@ -51,6 +51,13 @@ func (c *wireCheck) filter(_ int, f []byte) fectest.Action {
 	return fectest.Pass
 }
 
+// counts returns the frames seen and the largest one.
+func (c *wireCheck) counts() (frames, largest int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames, c.maxSize
+}
+
 func (c *wireCheck) verify(t testing.TB) {
 	t.Helper()
 	c.mu.Lock()
@@ -157,8 +164,9 @@ func TestTCPBothWaysEveryModeIPv4AndIPv6(t *testing.T) {
 				if !m.tso && sa.TxGSOPackets != 0 {
 					t.Fatal("GSO packets without TSO")
 				}
+				frames, largest := wc.counts()
 				t.Logf("%d MiB each way in %v (%.0f Mbit/s per direction); %d frames on the wire, largest %d; a sent %d packets (%d GSO)",
-					n>>20, el.Round(time.Millisecond), float64(n*8)/el.Seconds()/1e6, wc.frames, wc.maxSize, sa.TxPackets, sa.TxGSOPackets)
+					n>>20, el.Round(time.Millisecond), float64(n*8)/el.Seconds()/1e6, frames, largest, sa.TxPackets, sa.TxGSOPackets)
 			})
 		}
 	}
