@@ -5,7 +5,12 @@ COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstac
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: test fmt vet unit race cover cross fuzz bench bench-host clean
+.PHONY: test fmt vet unit race cover cross fuzz bench bench-host firmware qemu clean
+
+BOARD     ?= mx6ullevk
+TAMAGO    = $$($(GO) tool -n tamago)
+TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
+TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
 test: fmt vet race cover cross
@@ -20,17 +25,27 @@ unit:
 	$(GO) test $(PKGS)
 
 race:
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -p 1 -count=1 $(PKGS)
 
 ## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack must reach 80%
 cover:
 	@mkdir -p build
-	$(GO) test -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > /dev/null
+	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > /dev/null
 	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM
 cross:
 	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/...
+
+## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage)
+firmware:
+	@mkdir -p build
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(GO) run ./qemu/cmd/tamanic-image -dcd $(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf
+
+## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
+qemu:
+	$(GO) run ./qemu/cmd/tamanic-qemu
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:

@@ -75,7 +75,7 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 		if o.txRing != 0 {
 			c.TxRing = o.txRing
 		}
-		c.RxRing = 256
+		c.RxRing = 512
 		c.OnTxDone = func(cookie any, err error) { dev.Done(cookie, err) }
 	}})
 	dev = fecdev.New(rig.NIC)
@@ -182,6 +182,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 			return
 		}
 		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Minute))
 		h := sha256.New()
 		m, err := io.Copy(h, c)
 		if err != nil || m != n {
@@ -196,6 +197,8 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 	if err != nil {
 		return fmt.Errorf("dial: %v", err)
 	}
+	// A stalled transfer fails within bounded time instead of hanging.
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
 	want := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(c, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
 		c.Close()
@@ -209,7 +212,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		}
 	case err := <-errc:
 		return err
-	case <-time.After(90 * time.Second):
+	case <-time.After(150 * time.Second):
 		return fmt.Errorf("transfer of %d bytes timed out", n)
 	}
 	return nil

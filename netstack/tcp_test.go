@@ -165,6 +165,7 @@ func TestTCPBothWaysEveryModeIPv4AndIPv6(t *testing.T) {
 					t.Fatal("GSO packets without TSO")
 				}
 				frames, largest := wc.counts()
+				t.Logf("RX frames with no descriptor: a %d, b %d", a.rig.Model.Stats().RxNoDescriptor, b.rig.Model.Stats().RxNoDescriptor)
 				t.Logf("%d MiB each way in %v (%.0f Mbit/s per direction); %d frames on the wire, largest %d; a sent %d packets (%d GSO)",
 					n>>20, el.Round(time.Millisecond), float64(n*8)/el.Seconds()/1e6, frames, largest, sa.TxPackets, sa.TxGSOPackets)
 			})

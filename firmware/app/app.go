@@ -1,0 +1,255 @@
+// Package app holds the services of the tamanic firmware, independent of the
+// board so they run, and are tested, on any gVisor stack:
+//
+//   - TCP 5001: read and discard until EOF, then reply one line
+//     "<bytes> <elapsed_ns> <first_byte_to_eof_ns> <idle_ns>" and close;
+//     the SHA-256 of what was read is kept for /stats;
+//   - TCP 5002: read one line holding a decimal N, send N bytes of Pattern
+//     as fast as possible, then close once the peer closes;
+//   - UDP 7: echo;
+//   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
+//     GET / (a small status page).
+package app
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// Ports.
+const (
+	SinkPort   = 5001
+	SourcePort = 5002
+	EchoPort   = 7
+	HTTPPort   = 80
+)
+
+// Pattern is the 64 KiB block the source service repeats: pseudo-random so
+// that compression or a stuck byte cannot pass an integrity check.
+var Pattern = func() []byte {
+	b := make([]byte, 64<<10)
+	r := rand.New(rand.NewPCG(5002, 5002))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}()
+
+// PatternStream returns the first n bytes the source service sends.
+func PatternStream(n int64) io.Reader {
+	return io.LimitReader(&repeat{}, n)
+}
+
+type repeat struct{ off int }
+
+func (r *repeat) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], Pattern[r.off:])
+		n += c
+		r.off = (r.off + c) % len(Pattern)
+	}
+	return n, nil
+}
+
+// Controls is what the firmware lets the network change and report.
+type Controls interface {
+	// SetMode switches TX placement (bounce, sg, tso) and, if copybreak
+	// is non-nil, the RX copybreak, without a reboot.
+	SetMode(tx string, copybreak *int) error
+	// Mode returns the current TX mode and copybreak.
+	Mode() (tx string, copybreak int)
+	// Stats returns the NIC and endpoint counters, JSON-encodable.
+	Stats() any
+	// IdleNanoseconds returns the CPU time spent idle since boot.
+	IdleNanoseconds() int64
+}
+
+// Server runs the services.
+type Server struct {
+	Stack *stack.Stack
+	NIC   tcpip.NICID
+	Addr  tcpip.Address
+	Ctl   Controls
+	Boot  time.Time
+
+	mu       sync.Mutex
+	lastSink struct {
+		Bytes  int64  `json:"bytes"`
+		SHA256 string `json:"sha256"`
+	}
+}
+
+// Start listens on every port and serves in background goroutines.
+func (s *Server) Start() error {
+	full := func(p uint16) tcpip.FullAddress { return tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: p} }
+	sink, err := gonet.ListenTCP(s.Stack, full(SinkPort), ipv4.ProtocolNumber)
+	if err != nil {
+		return fmt.Errorf("app: listen %d: %v", SinkPort, err)
+	}
+	src, err := gonet.ListenTCP(s.Stack, full(SourcePort), ipv4.ProtocolNumber)
+	if err != nil {
+		return fmt.Errorf("app: listen %d: %v", SourcePort, err)
+	}
+	web, err := gonet.ListenTCP(s.Stack, full(HTTPPort), ipv4.ProtocolNumber)
+	if err != nil {
+		return fmt.Errorf("app: listen %d: %v", HTTPPort, err)
+	}
+	udp, err := gonet.DialUDP(s.Stack, &tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: EchoPort}, nil, ipv4.ProtocolNumber)
+	if err != nil {
+		return fmt.Errorf("app: udp %d: %v", EchoPort, err)
+	}
+	go accept(sink, s.serveSink)
+	go accept(src, s.serveSource)
+	go s.echo(udp)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("POST /mode", s.mode)
+	mux.HandleFunc("GET /{$}", s.index)
+	go http.Serve(web, mux)
+	return nil
+}
+
+func accept(l net.Listener, serve func(net.Conn)) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go serve(c)
+	}
+}
+
+func (s *Server) serveSink(c net.Conn) {
+	defer c.Close()
+	start := time.Now()
+	idle0 := s.Ctl.IdleNanoseconds()
+	h := sha256.New()
+	buf := make([]byte, 64<<10)
+	var n int64
+	var first time.Time
+	for {
+		k, err := c.Read(buf)
+		if k > 0 {
+			if n == 0 {
+				first = time.Now()
+			}
+			n += int64(k)
+			h.Write(buf[:k])
+		}
+		if err != nil {
+			break
+		}
+	}
+	end := time.Now()
+	var fte int64
+	if n > 0 {
+		fte = int64(end.Sub(first))
+	}
+	s.mu.Lock()
+	s.lastSink.Bytes, s.lastSink.SHA256 = n, hex.EncodeToString(h.Sum(nil))
+	s.mu.Unlock()
+	fmt.Fprintf(c, "%d %d %d %d\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0)
+}
+
+func (s *Server) serveSource(c net.Conn) {
+	defer c.Close()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
+	if err != nil || n < 0 {
+		fmt.Fprintf(c, "bad length %q\n", strings.TrimSpace(line))
+		return
+	}
+	for off := 0; n > 0; {
+		k := min(int64(len(Pattern)-off), n)
+		w, err := c.Write(Pattern[off : off+int(k)])
+		if err != nil {
+			return
+		}
+		n -= int64(w)
+		off = (off + w) % len(Pattern)
+	}
+	// Close once the peer closes.
+	io.Copy(io.Discard, c)
+}
+
+func (s *Server) echo(c *gonet.UDPConn) {
+	buf := make([]byte, 1<<16)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		c.WriteTo(buf[:n], from)
+	}
+}
+
+// Stats is the /stats document.
+type Stats struct {
+	UptimeNs  int64  `json:"uptime_ns"`
+	IdleNs    int64  `json:"idle_ns"`
+	TxMode    string `json:"tx_mode"`
+	Copybreak int    `json:"copybreak"`
+	LastSink  any    `json:"last_sink"`
+	NIC       any    `json:"nic"`
+}
+
+func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
+	tx, cb := s.Ctl.Mode()
+	s.mu.Lock()
+	last := s.lastSink
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
+		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()})
+}
+
+func (s *Server) mode(w http.ResponseWriter, r *http.Request) {
+	tx := r.URL.Query().Get("tx")
+	var cb *int
+	if v := r.URL.Query().Get("copybreak"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			http.Error(w, "copybreak: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		cb = &n
+	}
+	if tx == "" {
+		tx, _ = s.Ctl.Mode()
+	}
+	if err := s.Ctl.SetMode(tx, cb); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	tx, c := s.Ctl.Mode()
+	fmt.Fprintf(w, "tx=%s copybreak=%d\n", tx, c)
+}
+
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
+	tx, cb := s.Ctl.Mode()
+	up := time.Since(s.Boot)
+	idle := time.Duration(s.Ctl.IdleNanoseconds())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, "<!doctype html><title>tamanic</title><h1>tamanic</h1><p>up %v, idle %.1f%%</p><p>TX mode <b>%s</b>, RX copybreak <b>%d</b></p><p><a href=\"/stats\">/stats</a> &middot; <code>POST /mode?tx=bounce|sg|tso&amp;copybreak=N</code></p>\n",
+		up.Round(time.Second), 100*float64(idle)/float64(max(up, 1)), tx, cb)
+}

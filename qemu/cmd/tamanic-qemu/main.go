@@ -1,0 +1,43 @@
+// Command tamanic-qemu builds the tamanic firmware and boots it under QEMU
+// (mcimx6ul-evk, user networking forwarded to 127.0.0.1), printing the
+// guest console and the forwarded ports, until interrupted.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+
+	"github.com/tamanic/tamanic/qemu"
+)
+
+func main() {
+	icount := flag.Bool("icount", false, "run with -icount shift=0,sleep=off")
+	out := flag.String("o", "build", "directory for the firmware image")
+	flag.Parse()
+	if why := qemu.Missing(); why != "" {
+		fmt.Fprintln(os.Stderr, "tamanic-qemu:", why)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	root, _ := filepath.Abs(".")
+	os.MkdirAll(*out, 0o755)
+	elf, err := qemu.Build(ctx, root, *out, "mx6ullevk")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Icount: *icount, Console: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("# %s\n# booted in %v; sink 127.0.0.1:%d, source 127.0.0.1:%d, http://127.0.0.1:%d/, udp echo 127.0.0.1:%d\n",
+		m.CommandLine(), m.Boot, m.SinkPort, m.SourcePort, m.HTTPPort, m.EchoPort)
+	<-ctx.Done()
+	m.Stop()
+}

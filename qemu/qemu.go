@@ -1,0 +1,315 @@
+// Package qemu builds the tamanic firmware with the TamaGo toolchain and
+// boots it under qemu-system-arm (machine mcimx6ul-evk), with user
+// networking forwarded to free ports on 127.0.0.1 only, and talks to its
+// services.
+package qemu
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tamanic/tamanic/firmware/app"
+)
+
+// Missing returns why the firmware cannot be built and booted here (no
+// TamaGo toolchain, no qemu-system-arm), or "" when it can.
+func Missing() string {
+	out, err := exec.Command("go", "tool", "-n", "tamago").Output()
+	if err != nil {
+		return "the tamago tool (go tool tamago) cannot be built"
+	}
+	_ = out
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "no user cache directory for the TamaGo toolchain"
+	}
+	if _, err := os.Stat(filepath.Join(cache, "tamago-go", "tamago-go1.26.0", "bin", "go")); err != nil {
+		return "the TamaGo compiler (tamago-go1.26.0) is not installed at " + filepath.Join(cache, "tamago-go", "tamago-go1.26.0")
+	}
+	if _, err := exec.LookPath("qemu-system-arm"); err != nil {
+		return "qemu-system-arm is not installed"
+	}
+	return ""
+}
+
+// Build compiles the firmware for board (mx6ullevk) into dir and returns
+// the ELF's path. root is the module root.
+func Build(ctx context.Context, root, dir, board string) (string, error) {
+	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
+	if err != nil {
+		return "", fmt.Errorf("qemu: locating the tamago tool: %w", err)
+	}
+	elf := filepath.Join(dir, "tamanic-"+board+".elf")
+	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
+		"-ldflags", "-T 0x80010000 -R 0x1000", "-o", elf, "./firmware/"+board)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("qemu: building firmware: %w\n%s", err, out)
+	}
+	return elf, nil
+}
+
+// Options configure a boot.
+type Options struct {
+	ELF string
+	// Icount runs QEMU with -icount shift=0,sleep=off: one guest
+	// instruction per guest nanosecond, so guest busy time counts
+	// instructions.
+	Icount bool
+	// Console receives the guest console (nil: discarded).
+	Console io.Writer
+	// ReadyTimeout bounds the wait for READY (default 60 s).
+	ReadyTimeout time.Duration
+}
+
+// Machine is a booted firmware.
+type Machine struct {
+	cmd   *exec.Cmd
+	Args  []string // the QEMU command line
+	Ready string   // the READY line
+	Boot  time.Duration
+	// Host ports forwarded to the guest's services.
+	SinkPort, SourcePort, HTTPPort, EchoPort int
+	done                                     chan struct{}
+	mu                                       sync.Mutex
+	lines                                    []string
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ps []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ps = append(ps, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ps, nil
+}
+
+// Boot starts QEMU and waits for the firmware's READY line.
+func Boot(ctx context.Context, o Options) (*Machine, error) {
+	ps, err := freePorts(4)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: free ports: %w", err)
+	}
+	m := &Machine{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], done: make(chan struct{})}
+	fwd := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d",
+		m.SinkPort, app.SinkPort, m.SourcePort, app.SourcePort, m.HTTPPort, app.HTTPPort, m.EchoPort, app.EchoPort)
+	m.Args = []string{"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M",
+		"-nographic", "-monitor", "none", "-serial", "stdio",
+		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2," + fwd,
+		"-kernel", o.ELF, "-semihosting"}
+	if o.Icount {
+		m.Args = append(m.Args, "-icount", "shift=0,sleep=off")
+	}
+	m.cmd = exec.Command("qemu-system-arm", m.Args...)
+	out, err := m.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	m.cmd.Stderr = m.cmd.Stdout
+	start := time.Now()
+	if err := m.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("qemu: start: %w", err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		defer close(m.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if o.Console != nil {
+				fmt.Fprintln(o.Console, line)
+			}
+			m.mu.Lock()
+			m.lines = append(m.lines, line)
+			m.mu.Unlock()
+			if strings.HasPrefix(line, "READY ") {
+				select {
+				case ready <- line:
+				default:
+				}
+			}
+		}
+		m.cmd.Wait()
+	}()
+	to := o.ReadyTimeout
+	if to == 0 {
+		to = 60 * time.Second
+	}
+	select {
+	case m.Ready = <-ready:
+		m.Boot = time.Since(start)
+		return m, nil
+	case <-m.done:
+		return nil, fmt.Errorf("qemu: exited before READY:\n%s", m.Console())
+	case <-time.After(to):
+		m.Stop()
+		return nil, fmt.Errorf("qemu: no READY within %v:\n%s", to, m.Console())
+	case <-ctx.Done():
+		m.Stop()
+		return nil, ctx.Err()
+	}
+}
+
+// Console returns what the guest printed so far.
+func (m *Machine) Console() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return strings.Join(m.lines, "\n")
+}
+
+// Stop kills QEMU by its process id and waits for it.
+func (m *Machine) Stop() error {
+	if m.cmd.Process == nil {
+		return nil
+	}
+	err := m.cmd.Process.Kill()
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		return errors.New("qemu: process did not exit")
+	}
+	return err
+}
+
+// CommandLine returns the QEMU invocation as a shell line.
+func (m *Machine) CommandLine() string {
+	return "qemu-system-arm " + strings.Join(m.Args, " ")
+}
+
+func dial(port int, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(timeout))
+	return c, nil
+}
+
+// SinkResult is the guest's reply to a host-to-guest transfer.
+type SinkResult struct {
+	Bytes, ElapsedNs, FirstByteToEOFNs, IdleNs int64
+	Wall                                       time.Duration
+}
+
+// Send streams n bytes of app.Pattern to the guest's sink (5001).
+func (m *Machine) Send(n int64, timeout time.Duration) (SinkResult, error) {
+	var r SinkResult
+	c, err := dial(m.SinkPort, timeout)
+	if err != nil {
+		return r, fmt.Errorf("qemu: sink: %w", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := io.Copy(c, app.PatternStream(n)); err != nil {
+		return r, fmt.Errorf("qemu: sink: sending: %w", err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return r, fmt.Errorf("qemu: sink: reply: %w", err)
+	}
+	r.Wall = time.Since(start)
+	_, err = fmt.Sscanf(line, "%d %d %d %d", &r.Bytes, &r.ElapsedNs, &r.FirstByteToEOFNs, &r.IdleNs)
+	return r, err
+}
+
+// Receive asks the guest's source (5002) for n bytes and checks they are
+// app.Pattern, by SHA-256.
+func (m *Machine) Receive(n int64, timeout time.Duration) (time.Duration, error) {
+	c, err := dial(m.SourcePort, timeout)
+	if err != nil {
+		return 0, fmt.Errorf("qemu: source: %w", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, "%d\n", n)
+	h := sha256.New()
+	got, err := io.CopyN(h, c, n)
+	if err != nil {
+		return 0, fmt.Errorf("qemu: source: %d of %d bytes: %w", got, n, err)
+	}
+	el := time.Since(start)
+	want := sha256.New()
+	io.Copy(want, app.PatternStream(n))
+	if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+		return el, errors.New("qemu: source: SHA-256 mismatch")
+	}
+	return el, nil
+}
+
+// PatternSHA256 is the hex SHA-256 of the first n pattern bytes.
+func PatternSHA256(n int64) string {
+	h := sha256.New()
+	io.Copy(h, app.PatternStream(n))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Echo sends one UDP datagram to the guest's echo port and returns the
+// reply.
+func (m *Machine) Echo(d []byte, timeout time.Duration) ([]byte, error) {
+	c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write(d); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1<<16)
+	n, err := c.Read(buf)
+	return buf[:n], err
+}
+
+// Stats fetches /stats.
+func (m *Machine) Stats() (map[string]any, error) {
+	r, err := (&http.Client{Timeout: 60 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	var s map[string]any
+	return s, json.NewDecoder(r.Body).Decode(&s)
+}
+
+// SetMode posts /mode.
+func (m *Machine) SetMode(tx string, copybreak int) error {
+	u := fmt.Sprintf("http://127.0.0.1:%d/mode?tx=%s&copybreak=%s", m.HTTPPort, tx, strconv.Itoa(copybreak))
+	r, err := (&http.Client{Timeout: 60 * time.Second}).Post(u, "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusOK {
+		return fmt.Errorf("qemu: /mode: %s: %s", r.Status, b)
+	}
+	return nil
+}
