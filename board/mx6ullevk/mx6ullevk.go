@@ -81,7 +81,7 @@ func Memory() *dma.System {
 		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
 		Cached:   dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
-		Cache:    dma.ARMv7Cache{},
+		Cache: dma.ARMv7Cache{},
 	})
 }
 
