@@ -5,7 +5,7 @@ COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstac
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: test fmt vet unit race cover cross fuzz bench bench-host firmware qemu clean
+.PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
 
 BOARD     ?= mx6ullevk
 TAMAGO    = $$($(GO) tool -n tamago)
@@ -55,8 +55,12 @@ fuzz:
 	  done; \
 	done
 
-## bench: the README's figures
-bench: bench-host
+## bench: the README's figures: host benchmarks, then the QEMU comparison (bounce vs sg vs TSO, copybreak on/off)
+BENCHSIZE ?= 16777216
+bench: bench-host bench-qemu
+
+bench-qemu:
+	$(GO) run ./qemu/cmd/tamanic-bench -size $(BENCHSIZE) -runs 3 -o build/bench
 
 bench-host:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./bounce/ ./fec/ ./tso/ ./internal/pkt/

@@ -1,0 +1,223 @@
+// Command tamanic-bench compares bounce-buffer, scatter-gather and TSO
+// transmission (and RX copybreak on and off) on the tamanic firmware under
+// QEMU, in one run: it builds the firmware once, boots it twice (plain, for
+// wall-clock throughput; with -icount shift=0,sleep=off, where one guest
+// instruction is one guest nanosecond, for CPU cost), switches modes through
+// POST /mode within each boot, and runs every transfer three times.
+//
+// It prints every run and a Markdown table of medians, and writes the raw
+// runs as JSON and a plot as PNG.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/tamanic/tamanic/qemu"
+)
+
+// Run is one transfer.
+type Run struct {
+	Boot      string  `json:"boot"` // plain or icount
+	Dir       string  `json:"dir"`  // tx (guest to host) or rx (host to guest)
+	Mode      string  `json:"mode"`
+	Copybreak int     `json:"copybreak"`
+	N         int     `json:"n"`
+	Bytes     int64   `json:"bytes"`
+	WallNs    int64   `json:"wall_ns"`
+	Mbps      float64 `json:"mbps"`
+	BusyNs    int64   `json:"guest_busy_ns"`
+	// Guest busy time per MiB: instructions per MiB under icount.
+	BusyPerMiB     float64 `json:"guest_busy_per_mib"`
+	CopiedPerByte  float64 `json:"tx_copied_per_payload_byte"`
+	DescsPerFrame  float64 `json:"tx_descs_per_frame"`
+	FramesPerMiB   float64 `json:"frames_per_mib"`
+	SegmentsPerMiB float64 `json:"gso_segments_per_mib"`
+	// StackPktsPerMiB counts packets the stack handed the endpoint (a GSO
+	// packet counts once) in the transfer's sending direction.
+	StackPktsPerMiB float64 `json:"stack_packets_per_mib"`
+}
+
+func num(m map[string]any, path ...string) float64 {
+	var v any = m
+	for _, p := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return 0
+		}
+		v = mm[p]
+	}
+	f, _ := v.(float64)
+	return f
+}
+
+func main() {
+	size := flag.Int64("size", 32<<20, "bytes per transfer")
+	runs := flag.Int("runs", 3, "runs per configuration")
+	out := flag.String("o", "build/bench", "output directory")
+	flag.Parse()
+	if why := qemu.Missing(); why != "" {
+		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	os.MkdirAll(*out, 0o755)
+	root, _ := filepath.Abs(".")
+	elf, err := qemu.Build(ctx, root, *out, "mx6ullevk")
+	if err != nil {
+		fail(err)
+	}
+	var all []Run
+	for _, boot := range []string{"plain", "icount"} {
+		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Icount: boot == "icount"})
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("# %s boot: %s\n# %s\n", boot, m.Ready, m.CommandLine())
+		type cfg struct {
+			dir, mode string
+			cb        int
+		}
+		var cfgs []cfg
+		for _, mode := range []string{"bounce", "sg", "tso"} {
+			cfgs = append(cfgs, cfg{"tx", mode, 512})
+			for _, cb := range []int{512, -1} {
+				cfgs = append(cfgs, cfg{"rx", mode, cb})
+			}
+		}
+		for _, c := range cfgs {
+			if err := m.SetMode(c.mode, c.cb); err != nil {
+				m.Stop()
+				fail(err)
+			}
+			for i := 0; i < *runs; i++ {
+				r, err := transfer(m, boot, c.dir, c.mode, c.cb, i, *size)
+				if err != nil {
+					m.Stop()
+					fail(fmt.Errorf("%s %s %s: %w\n%s", boot, c.dir, c.mode, err, m.Console()))
+				}
+				fmt.Printf("run %-6s %s %-6s copybreak=%-4d #%d: %7.1f Mbit/s, guest busy %6.2f M/MiB, copied %.4f B/B, %.2f desc/frame, %.0f frames/MiB, %.0f segs/MiB, %.0f stack pkts/MiB\n",
+					r.Boot, r.Dir, r.Mode, r.Copybreak, i, r.Mbps, r.BusyPerMiB/1e6, r.CopiedPerByte, r.DescsPerFrame, r.FramesPerMiB, r.SegmentsPerMiB, r.StackPktsPerMiB)
+				all = append(all, r)
+			}
+		}
+		m.Stop()
+	}
+	js, _ := json.MarshalIndent(all, "", "  ")
+	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
+	table(all)
+	if err := drawPlot(all, filepath.Join(*out, "bench.png")); err != nil {
+		fail(err)
+	}
+	fmt.Printf("\nraw runs: %s; plot: %s\n", filepath.Join(*out, "results.json"), filepath.Join(*out, "bench.png"))
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "tamanic-bench:", err)
+	os.Exit(1)
+}
+
+func transfer(m *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
+	r := Run{Boot: boot, Dir: dir, Mode: mode, Copybreak: cb, N: i, Bytes: n}
+	s0, err := m.Stats()
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	if dir == "tx" {
+		_, err = m.Receive(n, 5*time.Minute)
+	} else {
+		var sr qemu.SinkResult
+		sr, err = m.Send(n, 5*time.Minute)
+		if err == nil && sr.Bytes != n {
+			err = fmt.Errorf("guest received %d of %d bytes", sr.Bytes, n)
+		}
+	}
+	if err != nil {
+		return r, err
+	}
+	r.WallNs = int64(time.Since(start))
+	s1, err := m.Stats()
+	if err != nil {
+		return r, err
+	}
+	d := func(path ...string) float64 { return num(s1, path...) - num(s0, path...) }
+	mib := float64(n) / (1 << 20)
+	r.Mbps = float64(n*8) / (float64(r.WallNs) / 1e9) / 1e6
+	r.BusyNs = int64(d("uptime_ns") - d("idle_ns"))
+	r.BusyPerMiB = float64(r.BusyNs) / mib
+	if dir == "tx" {
+		r.CopiedPerByte = d("nic", "driver", "Tx", "Copied") / float64(n)
+		if f := d("nic", "driver", "Tx", "Frames"); f > 0 {
+			r.DescsPerFrame = d("nic", "driver", "Tx", "Descs") / f
+		}
+		r.FramesPerMiB = d("nic", "driver", "Tx", "Frames") / mib
+		r.SegmentsPerMiB = d("nic", "driver", "Tx", "GSOSegments") / mib
+		r.StackPktsPerMiB = d("nic", "endpoint", "TxPackets") / mib
+	} else {
+		r.CopiedPerByte = d("nic", "driver", "Rx", "Copied") / float64(n)
+		r.FramesPerMiB = d("nic", "driver", "Rx", "Frames") / mib
+	}
+	return r, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+type key struct {
+	dir, mode string
+	cb        int
+}
+
+func groups(all []Run) ([]key, map[key]map[string][]Run) {
+	g := map[key]map[string][]Run{}
+	var keys []key
+	for _, r := range all {
+		k := key{r.Dir, r.Mode, r.Copybreak}
+		if g[k] == nil {
+			g[k] = map[string][]Run{}
+			keys = append(keys, k)
+		}
+		g[k][r.Boot] = append(g[k][r.Boot], r)
+	}
+	return keys, g
+}
+
+func col(rs []Run, f func(Run) float64) float64 {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, f(r))
+	}
+	return median(v)
+}
+
+func table(all []Run) {
+	keys, g := groups(all)
+	fmt.Println("\n| direction | TX mode | copybreak | Mbit/s (plain, median) | guest busy instructions per MiB (icount, median) | bytes copied per payload byte | descriptors per frame | frames per MiB | GSO segments per MiB | guest stack TX packets per MiB |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	for _, k := range keys {
+		p, ic := g[k]["plain"], g[k]["icount"]
+		dir := "guest→host"
+		if k.dir == "rx" {
+			dir = "host→guest"
+		}
+		fmt.Printf("| %s | %s | %d | %.1f | %.2f M | %.4f | %.2f | %.0f | %.0f | %.0f |\n", dir, k.mode, k.cb,
+			col(p, func(r Run) float64 { return r.Mbps }), col(ic, func(r Run) float64 { return r.BusyPerMiB })/1e6,
+			col(ic, func(r Run) float64 { return r.CopiedPerByte }), col(ic, func(r Run) float64 { return r.DescsPerFrame }),
+			col(ic, func(r Run) float64 { return r.FramesPerMiB }), col(ic, func(r Run) float64 { return r.SegmentsPerMiB }),
+			col(ic, func(r Run) float64 { return r.StackPktsPerMiB }))
+	}
+}
