@@ -2,7 +2,6 @@ package fec_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/internal/pkttest"
 	"github.com/tamanic/tamanic/tso"
 )
 
@@ -32,38 +32,6 @@ func bigPacket(t testing.TB, s frameSpec, rng *rand.Rand) (hdr, payload []byte) 
 	_, l4 := csumOffsets(t, f)
 	hdr[l4], hdr[l4+1] = 0x12, 0x34
 	return hdr, payload
-}
-
-// wireChecksumsValid recomputes a frame's checksums with gopacket and
-// compares them with the frame's.
-func wireChecksumsValid(t testing.TB, f []byte) bool {
-	p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
-	var nl gopacket.NetworkLayer
-	if v4, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
-		c := *v4
-		buf := gopacket.NewSerializeBuffer()
-		gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, &c, gopacket.Payload(v4.Payload))
-		if binary.BigEndian.Uint16(buf.Bytes()[10:]) != v4.Checksum {
-			return false
-		}
-		nl = v4
-	} else {
-		nl = p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
-	}
-	buf := gopacket.NewSerializeBuffer()
-	o := gopacket.SerializeOptions{ComputeChecksums: true}
-	if tc, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP); ok {
-		c := *tc
-		c.SetNetworkLayerForChecksum(nl)
-		gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(tc.Payload))
-		return binary.BigEndian.Uint16(buf.Bytes()[16:]) == tc.Checksum
-	}
-	u := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
-	c := *u
-	c.SetNetworkLayerForChecksum(nl)
-	gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(u.Payload))
-	want := binary.BigEndian.Uint16(buf.Bytes()[6:])
-	return want == u.Checksum || want == 0 && u.Checksum == 0xFFFF
 }
 
 func TestTransmitGSOPutsValidSegmentsOnTheWire(t *testing.T) {
@@ -91,8 +59,8 @@ func TestTransmitGSOPutsValidSegmentsOnTheWire(t *testing.T) {
 					if len(f) > 1518 {
 						t.Fatalf("segment %d is %d bytes", i, len(f))
 					}
-					if !wireChecksumsValid(t, f) {
-						t.Fatalf("%v legacy=%v %+v: segment %d has a bad checksum", soc, legacy, sp, i)
+					if err := pkttest.Checksums(f); err != nil {
+						t.Fatalf("%v legacy=%v %+v: segment %d: %v", soc, legacy, sp, i, err)
 					}
 					tc := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeTCP).(*layers.TCP)
 					got = append(got, tc.Payload...)

@@ -1,7 +1,6 @@
 package netstack_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
-
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/internal/pkttest"
 )
 
 // bulk is the per-direction TCP transfer size: 64 MiB, or 4 MiB under the
@@ -45,7 +42,7 @@ func (c *wireCheck) filter(_ int, f []byte) fectest.Action {
 	if len(f) > 1514 {
 		c.tooBig++
 	}
-	if err := checksumsValid(f); err != nil && len(c.bad) < 5 {
+	if err := pkttest.Checksums(f); err != nil && len(c.bad) < 5 {
 		c.bad = append(c.bad, err.Error())
 	}
 	return fectest.Pass
@@ -65,53 +62,6 @@ func (c *wireCheck) verify(t testing.TB) {
 	if c.tooBig > 0 || len(c.bad) > 0 {
 		t.Fatalf("%d of %d frames over 1514 bytes (max %d); bad checksums: %v", c.tooBig, c.frames, c.maxSize, c.bad)
 	}
-}
-
-func checksumsValid(f []byte) error {
-	p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.NoCopy)
-	if p.Layer(layers.LayerTypeARP) != nil {
-		return nil
-	}
-	var nl gopacket.NetworkLayer
-	if v4, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
-		c := *v4
-		buf := gopacket.NewSerializeBuffer()
-		gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true}, &c, gopacket.Payload(v4.Payload))
-		if binary.BigEndian.Uint16(buf.Bytes()[10:]) != v4.Checksum {
-			return fmt.Errorf("IPv4 header checksum %#x", v4.Checksum)
-		}
-		if v4.Flags&layers.IPv4MoreFragments != 0 || v4.FragOffset != 0 {
-			return nil
-		}
-		nl = v4
-	} else if v6, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
-		if p.Layer(layers.LayerTypeIPv6Fragment) != nil {
-			return nil
-		}
-		nl = v6
-	} else {
-		return fmt.Errorf("undecodable frame %x", f[:min(len(f), 40)])
-	}
-	o := gopacket.SerializeOptions{ComputeChecksums: true}
-	buf := gopacket.NewSerializeBuffer()
-	switch l := p.TransportLayer().(type) {
-	case *layers.TCP:
-		c := *l
-		c.SetNetworkLayerForChecksum(nl)
-		gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(l.Payload))
-		if binary.BigEndian.Uint16(buf.Bytes()[16:]) != l.Checksum {
-			return fmt.Errorf("TCP checksum %#x", l.Checksum)
-		}
-	case *layers.UDP:
-		c := *l
-		c.SetNetworkLayerForChecksum(nl)
-		gopacket.SerializeLayers(buf, o, &c, gopacket.Payload(l.Payload))
-		want := binary.BigEndian.Uint16(buf.Bytes()[6:])
-		if want != l.Checksum && !(want == 0 && l.Checksum == 0xFFFF) {
-			return fmt.Errorf("UDP checksum %#x", l.Checksum)
-		}
-	}
-	return nil
 }
 
 // drained waits until no host holds packet references for DMA.
