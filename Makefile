@@ -30,7 +30,8 @@ race:
 ## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack must reach 80%
 cover:
 	@mkdir -p build
-	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > /dev/null
+	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > build/cover-test.log 2>&1 \
+	  || { grep -v '^ok\|no test files' build/cover-test.log | tail -80; exit 1; }
 	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM

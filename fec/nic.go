@@ -414,11 +414,14 @@ func (n *NIC) service(ev uint32) (Events, error) {
 		return Events(ev), errors.Join(ErrBusError, err)
 	}
 	n.Reclaim()
-	if ev&(EIR_RXF|EIR_RXB) != 0 || n.cfg.Interrupts == false {
-		select {
-		case n.rxReady <- struct{}{}:
-		default:
-		}
+	// Signal RX on every pass, even one that found no event: an RXF raised
+	// between reading EIR and acknowledging it in the previous pass was
+	// acknowledged with it, and its interrupt arrives here with EIR clear.
+	// Skipping the signal would leave that frame in the ring until another
+	// frame arrives (a lost wakeup that cost TCP a retransmission timeout).
+	select {
+	case n.rxReady <- struct{}{}:
+	default:
 	}
 	return Events(ev), nil
 }

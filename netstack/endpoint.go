@@ -393,7 +393,7 @@ func (e *Endpoint) rxBatch() bool {
 	if d == nil {
 		return false
 	}
-	more := false
+	more := true // until the NIC says it has nothing left
 	for i := 0; i < e.opts.RxBudget; i++ {
 		f, err := e.dev.Receive()
 		if err != nil {
@@ -401,10 +401,10 @@ func (e *Endpoint) rxBatch() bool {
 			continue
 		}
 		if f == nil {
+			more = false
 			break
 		}
 		e.deliver(d, f)
-		more = i == e.opts.RxBudget-1
 	}
 	e.gro.Flush()
 	return more

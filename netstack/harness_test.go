@@ -182,7 +182,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 			return
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Minute))
+		c.SetDeadline(time.Now().Add(5 * time.Minute))
 		h := sha256.New()
 		m, err := io.Copy(h, c)
 		if err != nil || m != n {
@@ -198,8 +198,15 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		return fmt.Errorf("dial: %v", err)
 	}
 	// A stalled transfer fails within bounded time instead of hanging.
-	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	c.SetDeadline(time.Now().Add(5 * time.Minute))
 	want := sha256.New()
+	start := time.Now()
+	defer func() {
+		// Known open issue: occasional stalls (see README). Keep them visible.
+		if el := time.Since(start); el > 15*time.Second {
+			t.Logf("STALL: %d bytes took %v", n, el.Round(time.Millisecond))
+		}
+	}()
 	if _, err := io.Copy(io.MultiWriter(c, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
 		c.Close()
 		return fmt.Errorf("send: %v", err)
@@ -212,7 +219,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		}
 	case err := <-errc:
 		return err
-	case <-time.After(150 * time.Second):
+	case <-time.After(6 * time.Minute):
 		return fmt.Errorf("transfer of %d bytes timed out", n)
 	}
 	return nil
