@@ -92,8 +92,6 @@ const (
 	RX_CR  RxStatus = 1 << 2 // CRC error
 	RX_OV  RxStatus = 1 << 1 // FIFO overrun
 	RX_TR  RxStatus = 1 << 0 // truncated (longer than FTRL)
-
-	rxErrMask = RX_LG | RX_NO | RX_CR | RX_OV | RX_TR
 )
 
 var rxNames = []struct {

@@ -1,7 +1,6 @@
 package netstack
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -507,21 +506,14 @@ func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) 
 	v := verdictHW
 	if !h.IPv6 && !ipOK {
 		v = verdictSoft
-		if pkt.Fold(pkt.Sum(0, f[h.L3:h.L4])) != 0xFFFF {
+		if !pkt.IPv4HeaderOK(f, h) {
 			return h, verdictBad
 		}
 	}
 	if h.Fragment || h.CsumOff < 0 || l4OK {
-		return h, v
+		return h, v // fragments go to fragCheck; others carry no checksum
 	}
-	if h.CsumOff+2 > h.IPEnd {
-		return h, verdictSoft
-	}
-	if h.Proto == pkt.ProtoUDP && !h.IPv6 && binary.BigEndian.Uint16(f[h.CsumOff:]) == 0 {
-		return h, verdictSoft // IPv4 UDP without a checksum
-	}
-	seg := f[h.L4:h.IPEnd]
-	if pkt.Fold(pkt.Sum(pkt.PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg)) != 0xFFFF {
+	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
 		return h, verdictBad
 	}
 	return h, verdictSoft

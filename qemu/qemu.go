@@ -30,11 +30,9 @@ import (
 // Missing returns why the firmware cannot be built and booted here (no
 // TamaGo toolchain, no qemu-system-arm), or "" when it can.
 func Missing() string {
-	out, err := exec.Command("go", "tool", "-n", "tamago").Output()
-	if err != nil {
+	if err := exec.Command("go", "tool", "-n", "tamago").Run(); err != nil {
 		return "the tamago tool (go tool tamago) cannot be built"
 	}
-	_ = out
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "no user cache directory for the TamaGo toolchain"

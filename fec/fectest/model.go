@@ -766,18 +766,14 @@ func rxChecksum(f []byte) (e0, e1 uint32) {
 	}
 	if h.IPv6 {
 		e0 |= fec.RXE_IPV6
-	} else if pkt.Fold(pkt.Sum(0, f[h.L3:h.L4])) != 0xFFFF {
+	} else if !pkt.IPv4HeaderOK(f, h) {
 		e0 |= fec.RXE_ICE
 	}
 	if h.Fragment {
 		e0 |= fec.RXE_FRAG
 	}
-	if h.CsumOff >= 0 && h.CsumOff+2 <= h.IPEnd {
-		seg := f[h.L4:h.IPEnd]
-		udpNone := h.Proto == pkt.ProtoUDP && !h.IPv6 && binary.BigEndian.Uint16(f[h.CsumOff:]) == 0
-		if !udpNone && pkt.Fold(pkt.Sum(pkt.PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg)) != 0xFFFF {
-			e0 |= fec.RXE_PCR
-		}
+	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
+		e0 |= fec.RXE_PCR
 	}
 	hl := (h.L4 - h.L3) / 4
 	e1 = uint32(h.Proto)<<24 | uint32(max(hl, 1))<<16

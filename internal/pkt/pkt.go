@@ -175,6 +175,28 @@ func Fold(sum uint32) uint16 {
 	return uint16(sum)
 }
 
+// IPv4HeaderOK reports whether the IPv4 header checksum of frame f (headers
+// h) is valid; it is true for IPv6, which has none.
+func IPv4HeaderOK(f []byte, h Headers) bool {
+	return h.IPv6 || Fold(Sum(0, f[h.L3:h.L4])) == 0xFFFF
+}
+
+// TransportOK verifies the TCP or UDP checksum (pseudo-header included) of
+// frame f, whose IP datagram must lie within f (h.IPEnd <= len(f)).
+// checked is false when there is nothing to verify: no checksum field (an
+// IP fragment, another protocol), a field past the datagram, or IPv4 UDP
+// sent without a checksum (field 0).
+func TransportOK(f []byte, h Headers) (ok, checked bool) {
+	if h.CsumOff < 0 || h.CsumOff+2 > h.IPEnd || h.L4 > h.IPEnd {
+		return false, false
+	}
+	if h.Proto == ProtoUDP && !h.IPv6 && binary.BigEndian.Uint16(f[h.CsumOff:]) == 0 {
+		return false, false
+	}
+	seg := f[h.L4:h.IPEnd]
+	return Fold(Sum(PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg)) == 0xFFFF, true
+}
+
 // PseudoSum returns the sum of the transport pseudo-header of the IP header
 // at ip for an L4 segment of l4len bytes.
 func PseudoSum(ip []byte, v6 bool, proto, l4len int) uint32 {

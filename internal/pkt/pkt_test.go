@@ -125,3 +125,39 @@ func BenchmarkSum1500(b *testing.B) {
 		Sum(0, buf)
 	}
 }
+
+func TestChecksumVerifiers(t *testing.T) {
+	// IPv4/UDP frame: 14 + 20 + 8 + 4 bytes of data.
+	f := make([]byte, 46)
+	f[12], f[13] = 0x08, 0x00
+	ip := f[14:34]
+	ip[0], ip[8], ip[9] = 0x45, 64, ProtoUDP
+	binary.BigEndian.PutUint16(ip[2:], 32)
+	copy(ip[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+	binary.BigEndian.PutUint16(ip[10:], ^Fold(Sum(0, ip)))
+	udp := f[34:]
+	binary.BigEndian.PutUint16(udp[0:], 1)
+	binary.BigEndian.PutUint16(udp[2:], 2)
+	binary.BigEndian.PutUint16(udp[4:], 12)
+	copy(udp[8:], "data")
+	binary.BigEndian.PutUint16(udp[6:], ^Fold(Sum(PseudoSum(ip, false, ProtoUDP, 12), udp)))
+	h, err := Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, checked := TransportOK(f, h); !IPv4HeaderOK(f, h) || !ok || !checked {
+		t.Fatal("valid frame rejected")
+	}
+	f[44] ^= 1
+	if ok, checked := TransportOK(f, h); ok || !checked {
+		t.Fatal("corrupt payload accepted")
+	}
+	binary.BigEndian.PutUint16(udp[6:], 0) // IPv4 UDP without a checksum
+	if _, checked := TransportOK(f, h); checked {
+		t.Fatal("zero UDP checksum was checked")
+	}
+	ip[8]++
+	if IPv4HeaderOK(f, h) {
+		t.Fatal("corrupt IPv4 header accepted")
+	}
+}
