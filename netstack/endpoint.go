@@ -69,6 +69,7 @@ type Endpoint struct {
 	dispatcher stack.NetworkDispatcher
 	onClose    func()
 	stop       chan struct{}
+	exited     chan struct{} // closed when the latest receive goroutine returns
 	wg         sync.WaitGroup
 
 	txMu  sync.Mutex
@@ -216,24 +217,28 @@ func (e *Endpoint) ParseHeader(p *stack.PacketBuffer) bool {
 
 // Attach implements stack.LinkEndpoint: it starts (or, with nil, stops) the
 // receive goroutine.
+//
+// It never waits for the goroutine: gVisor calls Attach(nil) from RemoveNIC
+// with the stack's lock held, while the goroutine may be inside
+// DeliverNetworkPacket waiting for that same lock (IPv4 input looks up the
+// NIC's name). Wait and Close wait; a goroutine started by a later Attach
+// first waits for its predecessor, so only one ever receives.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stop != nil {
 		close(e.stop)
-		e.mu.Unlock()
-		e.wg.Wait()
-		e.mu.Lock()
 		e.stop = nil
 	}
 	e.dispatcher = d
-	e.gro.Dispatcher = d
 	if d == nil {
 		return
 	}
 	e.stop = make(chan struct{})
+	prev, exited := e.exited, make(chan struct{})
+	e.exited = exited
 	e.wg.Add(1)
-	go e.rxLoop(e.stop)
+	go e.rxLoop(d, e.stop, prev, exited)
 }
 
 // IsAttached implements stack.LinkEndpoint.
@@ -252,6 +257,7 @@ func (e *Endpoint) Wait() { e.wg.Wait() }
 // Stack.RemoveNIC; Stack.Close alone does not stop link endpoints.
 func (e *Endpoint) Close() {
 	e.Attach(nil)
+	e.wg.Wait()
 	e.txMu.Lock()
 	_ = e.dev.Close()
 	e.txMu.Unlock()
@@ -361,8 +367,13 @@ func (e *Endpoint) txDone(cookie any, err error) {
 	p.DecRef()
 }
 
-func (e *Endpoint) rxLoop(stop chan struct{}) {
+func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan struct{}) {
 	defer e.wg.Done()
+	defer close(exited)
+	if prev != nil {
+		<-prev // the previous goroutine is done with gro, frag and the device
+	}
+	e.gro.Dispatcher = d
 	defer e.frag.release()
 	var tick <-chan time.Time
 	if e.opts.PollInterval > 0 {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,6 +163,81 @@ func (p *prng) Read(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// diag describes everything that could explain a stalled transfer: the
+// endpoint's, driver's and model's counters, the TX ring, and the state of
+// every TCP endpoint of the stack.
+func (h *host) diag() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "endpoint %+v\n", h.ep.Stats())
+	st := h.rig.NIC.Stats()
+	fmt.Fprintf(&b, "nic tx %+v\nnic rx %+v\n", st.Tx, st.Rx)
+	fmt.Fprintf(&b, "model %+v\n", h.rig.Model.Stats())
+	ts := h.s.Stats().TCP
+	fmt.Fprintf(&b, "tcp sent %d sendErr %d retrans %d fastRecovery %d timeouts %d slowStartRetrans %d fastRetrans %d valid %d invalid %d checksumErr %d\n",
+		ts.SegmentsSent.Value(), ts.SegmentSendErrors.Value(), ts.Retransmits.Value(), ts.FastRecovery.Value(),
+		ts.Timeouts.Value(), ts.SlowStartRetransmits.Value(), ts.FastRetransmit.Value(),
+		ts.ValidSegmentsReceived.Value(), ts.InvalidSegmentsReceived.Value(), ts.ChecksumErrors.Value())
+	ip := h.s.Stats().IP
+	fmt.Fprintf(&b, "ip received %d delivered %d outgoingErrors %d malformed %d\n",
+		ip.PacketsReceived.Value(), ip.PacketsDelivered.Value(), ip.OutgoingPacketErrors.Value(), ip.MalformedPacketsReceived.Value())
+	for _, te := range h.s.RegisteredEndpoints() {
+		e, ok := te.(*tcp.Endpoint)
+		if !ok {
+			continue
+		}
+		var info tcpip.TCPInfoOption
+		e.GetSockOpt(&info)
+		rq, _ := e.GetSockOptInt(tcpip.ReceiveQueueSizeOption)
+		sq, _ := e.GetSockOptInt(tcpip.SendQueueSizeOption)
+		id := e.Info().(*stack.TransportEndpointInfo).ID
+		es := e.Stats().(*tcp.Stats)
+		fmt.Fprintf(&b, "tcp %v:%d->%v:%d %v info %+v rcvq %d sndq %d segsSent %d segsRcvd %d sendErr{send %d noRoute %d} rcvErr{closed %d zeroWnd %d wantZeroWnd %d}\n",
+			id.LocalAddress, id.LocalPort, id.RemoteAddress, id.RemotePort, e.EndpointState(), info, rq, sq,
+			es.SegmentsSent.Value(), es.SegmentsReceived.Value(), es.SendErrors.SegmentSendToNetworkFailed.Value(),
+			es.SendErrors.NoRoute.Value(), es.ReceiveErrors.ClosedReceiver.Value(),
+			es.ReceiveErrors.ZeroRcvWindowState.Value(), es.ReceiveErrors.WantZeroRcvWindow.Value())
+	}
+	fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())
+	return b.String()
+}
+
+// progress counts bytes as they pass.
+type progress struct{ n atomic.Int64 }
+
+func (p *progress) Write(b []byte) (int, error) { p.n.Add(int64(len(b))); return len(b), nil }
+
+// watch logs both hosts' state once when the receiver has made no progress
+// for 10 s, so a stall leaves evidence; it returns a function that stops it.
+func watch(t testing.TB, from, to *host, rcvd *progress, n int64) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		last, since, logged := int64(-1), time.Now(), false
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			if v := rcvd.n.Load(); v != last {
+				if logged {
+					t.Logf("STALL over: progress again at %d of %d bytes", v, n)
+				}
+				last, since, logged = v, time.Now(), false
+				continue
+			}
+			if !logged && time.Since(since) > 10*time.Second {
+				logged = true
+				t.Logf("STALL: no progress for 10 s at %d of %d bytes\n== sender\n%s== receiver\n%s", last, n, from.diag(), to.diag())
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
 // transfer sends n bytes from a to b over TCP and compares SHA-256 digests.
 func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error {
 	proto, src, dst := ipv4.ProtocolNumber, from.v4, to.v4
@@ -173,6 +250,8 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		return fmt.Errorf("listen: %v", err)
 	}
 	defer l.Close()
+	rcvd := new(progress)
+	defer watch(t, from, to, rcvd, n)()
 	got := make(chan []byte, 1)
 	errc := make(chan error, 2)
 	go func() {
@@ -184,7 +263,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(5 * time.Minute))
 		h := sha256.New()
-		m, err := io.Copy(h, c)
+		m, err := io.Copy(io.MultiWriter(h, rcvd), c)
 		if err != nil || m != n {
 			errc <- fmt.Errorf("received %d of %d bytes: %v", m, n, err)
 			return
