@@ -75,6 +75,9 @@ type Options struct {
 	Console io.Writer
 	// ReadyTimeout bounds the wait for READY (default 60 s).
 	ReadyTimeout time.Duration
+	// GDB opens QEMU's gdbstub on a loopback port (Machine.GDBPort), for
+	// StartProfile.
+	GDB bool
 }
 
 // Machine is a booted firmware.
@@ -85,6 +88,7 @@ type Machine struct {
 	Boot  time.Duration
 	// Host ports forwarded to the guest's services.
 	SinkPort, SourcePort, HTTPPort, EchoPort int
+	GDBPort                                  int // 0 unless Options.GDB
 	done                                     chan struct{}
 	mu                                       sync.Mutex
 	lines                                    []string
@@ -111,7 +115,7 @@ func freePorts(n int) ([]int, error) {
 
 // Boot starts QEMU and waits for the firmware's READY line.
 func Boot(ctx context.Context, o Options) (*Machine, error) {
-	ps, err := freePorts(4)
+	ps, err := freePorts(5)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)
 	}
@@ -124,6 +128,10 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		"-kernel", o.ELF, "-semihosting"}
 	if o.Icount {
 		m.Args = append(m.Args, "-icount", "shift=0,sleep=off")
+	}
+	if o.GDB {
+		m.GDBPort = ps[4]
+		m.Args = append(m.Args, "-gdb", fmt.Sprintf("tcp:127.0.0.1:%d", m.GDBPort))
 	}
 	m.cmd = exec.Command("qemu-system-arm", m.Args...)
 	out, err := m.cmd.StdoutPipe()
@@ -299,7 +307,20 @@ func (m *Machine) Stats() (map[string]any, error) {
 
 // SetMode posts /mode.
 func (m *Machine) SetMode(tx string, copybreak int) error {
-	u := fmt.Sprintf("http://127.0.0.1:%d/mode?tx=%s&copybreak=%s", m.HTTPPort, tx, strconv.Itoa(copybreak))
+	return m.post(fmt.Sprintf("tx=%s&copybreak=%s", tx, strconv.Itoa(copybreak)))
+}
+
+// SetSinkHash turns the sink's SHA-256 of received data on or off (it is
+// on at boot). Off, Send's result still counts bytes but carries no digest.
+func (m *Machine) SetSinkHash(on bool) error {
+	if on {
+		return m.post("hash=1")
+	}
+	return m.post("hash=0")
+}
+
+func (m *Machine) post(query string) error {
+	u := fmt.Sprintf("http://127.0.0.1:%d/mode?%s", m.HTTPPort, query)
 	r, err := (&http.Client{Timeout: 60 * time.Second}).Post(u, "text/plain", nil)
 	if err != nil {
 		return err

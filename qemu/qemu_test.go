@@ -93,6 +93,37 @@ func TestFirmwareEndToEnd(t *testing.T) {
 		t.Logf("%s: guest->host %.1f Mbit/s, host->guest %.1f Mbit/s (wall)", mode,
 			float64(n*8)/el.Seconds()/1e6, float64(n*8)/r.Wall.Seconds()/1e6)
 	}
+	// The sink without hashing (for benchmarks) still counts every byte.
+	if err := m.SetSinkHash(false); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Send(1<<20, time.Minute); err != nil || r.Bytes != 1<<20 {
+		t.Fatalf("host->guest without hashing: %+v %v", r, err)
+	}
+	if s, err := m.Stats(); err != nil || num(s, "last_sink", "bytes") != 1<<20 || s["last_sink"].(map[string]any)["sha256"] != "" {
+		t.Fatalf("sink without hashing: %v %v", s["last_sink"], err)
+	}
+	if err := m.SetSinkHash(true); err != nil {
+		t.Fatal(err)
+	}
+	// The closed connections leave TCP timers (TIME-WAIT) pending. The
+	// idle governor must sleep in WFI until the next one, not spin:
+	// TamaGo's default governor spins whenever a timer is pending, which
+	// would show here as a busy guest.
+	s0, err := m.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	s1, err := m.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, idle := num(s1, "uptime_ns")-num(s0, "uptime_ns"), num(s1, "idle_ns")-num(s0, "idle_ns")
+	t.Logf("idle with TCP timers pending: %.1f%% of %.0f ms", 100*idle/up, up/1e6)
+	if idle < up/2 {
+		t.Errorf("guest idle only %.0f of %.0f ms with only timers pending: the idle governor spins", idle/1e6, up/1e6)
+	}
 	for _, size := range []int{1, 100, 1472, 1473, 4000, 8192} {
 		d := bytes.Repeat([]byte{byte(size)}, size)
 		got, err := m.Echo(d, 5*time.Second)

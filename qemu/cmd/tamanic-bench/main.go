@@ -61,6 +61,8 @@ func main() {
 	size := flag.Int64("size", 32<<20, "bytes per transfer")
 	runs := flag.Int("runs", 3, "runs per configuration")
 	out := flag.String("o", "build/bench", "output directory")
+	profSize := flag.Int64("profile-size", 4<<20, "bytes per profiled transfer (0: no profile)")
+	profOnly := flag.Bool("profile-only", false, "only profile")
 	flag.Parse()
 	if why := qemu.Missing(); why != "" {
 		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
@@ -73,6 +75,19 @@ func main() {
 	elf, err := qemu.Build(ctx, root, *out, "mx6ullevk")
 	if err != nil {
 		fail(err)
+	}
+	var profs []ProfileRun
+	if *profSize > 0 {
+		profs, err = profile(ctx, elf, *profSize, time.Millisecond)
+		if err != nil {
+			fail(err)
+		}
+		js, _ := json.MarshalIndent(profs, "", "  ")
+		os.WriteFile(filepath.Join(*out, "profile.json"), js, 0o644)
+		if *profOnly {
+			printProfiles(os.Stdout, profs)
+			return
+		}
 	}
 	var all []Run
 	for _, boot := range []string{"plain", "icount"} {
@@ -113,6 +128,10 @@ func main() {
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
 	table(all)
+	if len(profs) > 0 {
+		fmt.Println("\n### Where the guest's instructions go (PC sampled through QEMU's gdbstub under -icount)")
+		printProfiles(os.Stdout, profs)
+	}
 	if err := drawPlot(all, filepath.Join(*out, "bench.png")); err != nil {
 		fail(err)
 	}
