@@ -3,7 +3,6 @@ GO        ?= go
 PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...
 FUZZTIME  ?= 30s
-BENCHTIME ?= 1s
 
 .PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
 
@@ -56,16 +55,21 @@ fuzz:
 	  done; \
 	done
 
-## bench: the README's figures: host benchmarks, then the QEMU comparison (bounce vs sg vs TSO, copybreak on/off)
-BENCHSIZE ?= 16777216
+## bench: the README's figures: host benchmarks summarised with benchstat, then the QEMU comparison
+## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile), all in build/bench/report.md
+BENCHSIZE  ?= 33554432
+BENCHCOUNT ?= 5
 bench: bench-host bench-qemu
 
 bench-qemu:
-	$(GO) run ./qemu/cmd/tamanic-bench -size $(BENCHSIZE) -runs 3 -o build/bench
+	$(GO) run ./qemu/cmd/tamanic-bench -size $(BENCHSIZE) -runs 3 -o build/bench $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
 
 bench-host:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./bounce/ ./fec/ ./tso/ ./internal/pkt/
-	$(GO) test -run '^$$' -bench . -benchtime 4x ./netstack/
+	@mkdir -p build/bench
+	$(GO) test -run '^$$' -bench . -benchtime 200ms -count $(BENCHCOUNT) ./bounce/ ./fec/ ./tso/ ./internal/pkt/ > build/bench/host.txt
+	$(GO) test -run '^$$' -bench . -benchtime 2x -count $(BENCHCOUNT) ./netstack/ >> build/bench/host.txt
+	$(GO) tool benchstat build/bench/host.txt > build/bench/host-benchstat.txt
+	cat build/bench/host-benchstat.txt
 
 clean:
 	rm -rf build

@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tamanic/tamanic/qemu"
@@ -63,6 +65,7 @@ func main() {
 	out := flag.String("o", "build/bench", "output directory")
 	profSize := flag.Int64("profile-size", 4<<20, "bytes per profiled transfer (0: no profile)")
 	profOnly := flag.Bool("profile-only", false, "only profile")
+	host := flag.String("host", "", "benchstat summary of the host benchmarks, included in the report")
 	flag.Parse()
 	if why := qemu.Missing(); why != "" {
 		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
@@ -96,6 +99,12 @@ func main() {
 			fail(err)
 		}
 		fmt.Printf("# %s boot: %s\n# %s\n", boot, m.Ready, m.CommandLine())
+		// Host-to-guest cost is the network path's: the sink counts bytes
+		// without hashing them (the QEMU test checks the data's SHA-256).
+		if err := m.SetSinkHash(false); err != nil {
+			m.Stop()
+			fail(err)
+		}
 		type cfg struct {
 			dir, mode string
 			cb        int
@@ -127,15 +136,25 @@ func main() {
 	}
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
-	table(all)
+	var rep strings.Builder
+	table(&rep, all)
 	if len(profs) > 0 {
-		fmt.Println("\n### Where the guest's instructions go (PC sampled through QEMU's gdbstub under -icount)")
-		printProfiles(os.Stdout, profs)
+		fmt.Fprintln(&rep, "\n### Where the guest's time goes (PC sampled every millisecond through QEMU's gdbstub under -icount)")
+		printProfiles(&rep, profs)
 	}
+	if *host != "" {
+		b, err := os.ReadFile(*host)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(&rep, "\n### Host benchmarks (benchstat)\n\n```\n%s```\n", b)
+	}
+	fmt.Print(rep.String())
+	os.WriteFile(filepath.Join(*out, "report.md"), []byte(rep.String()), 0o644)
 	if err := drawPlot(all, filepath.Join(*out, "bench.png")); err != nil {
 		fail(err)
 	}
-	fmt.Printf("\nraw runs: %s; plot: %s\n", filepath.Join(*out, "results.json"), filepath.Join(*out, "bench.png"))
+	fmt.Printf("\nraw runs: %s; report: %s; plot: %s\n", filepath.Join(*out, "results.json"), filepath.Join(*out, "report.md"), filepath.Join(*out, "bench.png"))
 }
 
 func fail(err error) {
@@ -223,17 +242,17 @@ func col(rs []Run, f func(Run) float64) float64 {
 	return median(v)
 }
 
-func table(all []Run) {
+func table(w io.Writer, all []Run) {
 	keys, g := groups(all)
-	fmt.Println("\n| direction | TX mode | copybreak | Mbit/s (plain, median) | guest busy instructions per MiB (icount, median) | bytes copied per payload byte | descriptors per frame | frames per MiB | GSO segments per MiB | guest stack TX packets per MiB |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| direction | TX mode | copybreak | Mbit/s (plain, median) | guest busy instructions per MiB (icount, median) | bytes copied per payload byte | descriptors per frame | frames per MiB | GSO segments per MiB | guest stack TX packets per MiB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range keys {
 		p, ic := g[k]["plain"], g[k]["icount"]
 		dir := "guest→host"
 		if k.dir == "rx" {
 			dir = "host→guest"
 		}
-		fmt.Printf("| %s | %s | %d | %.1f | %.2f M | %.4f | %.2f | %.0f | %.0f | %.0f |\n", dir, k.mode, k.cb,
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.2f M | %.4f | %.2f | %.0f | %.0f | %.0f |\n", dir, k.mode, k.cb,
 			col(p, func(r Run) float64 { return r.Mbps }), col(ic, func(r Run) float64 { return r.BusyPerMiB })/1e6,
 			col(ic, func(r Run) float64 { return r.CopiedPerByte }), col(ic, func(r Run) float64 { return r.DescsPerFrame }),
 			col(ic, func(r Run) float64 { return r.FramesPerMiB }), col(ic, func(r Run) float64 { return r.SegmentsPerMiB }),
