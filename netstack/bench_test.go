@@ -22,9 +22,9 @@ func cpuTime() time.Duration {
 func BenchmarkTCPBulk(b *testing.B) {
 	const mib = 16
 	for _, m := range []mode{
-		{"bounce", modes[0].strategy, false, false}, {"bounce+gro", modes[0].strategy, false, true},
-		modes[1], {"sg+gro", modes[1].strategy, false, true},
-		modes[2], modes[3],
+		modes[0], {"bounce+gro", modes[0].strategy, false, true, false}, {"bounce+ackfilter", modes[0].strategy, false, false, true},
+		modes[1], {"sg+gro", modes[1].strategy, false, true, false},
+		modes[2], modes[3], modes[4],
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			a, c, _ := pair(b, hostOptions{mode: m, noTrace: true})

@@ -36,6 +36,11 @@ type Options struct {
 	// RxBudget bounds frames handled per RX wake-up before GRO is flushed
 	// (default 64).
 	RxBudget int
+	// AckFilter drops pure TCP ACKs superseded by a later ACK of the same
+	// connection in the same receive batch, so that gVisor's sender, which
+	// sends per ACK it handles, sends what k ACKs freed as one GSO packet
+	// (see ackfilter.go for what is never dropped).
+	AckFilter bool
 }
 
 // Stats are the endpoint's counters.
@@ -52,6 +57,8 @@ type Stats struct {
 	// RxSoftCsum counts frames whose checksums the endpoint verified in
 	// software because the hardware had not.
 	RxSoftCsum uint64
+	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
+	RxACKsFiltered uint64
 	// TxHeld is the number of packets whose references are held for DMA.
 	TxHeld int64
 }
@@ -75,8 +82,14 @@ type Endpoint struct {
 	txMu  sync.Mutex
 	frags [][]byte // scratch for walking a packet's views
 
-	gro   gro.GRO // receive goroutine only
-	frag  fragCheck
+	gro  gro.GRO // receive goroutine only
+	frag fragCheck
+	rx   struct { // receive goroutine only: one batch, for ACK filtering
+		batch []Frame
+		info  []pureACK
+		drop  []bool
+		trust []int8
+	}
 	stats struct {
 		sync.Mutex
 		Stats
@@ -108,6 +121,12 @@ func New(o Options) (*Endpoint, error) {
 	e.tso.Store(o.TSO && info.Segmentation)
 	o.Device.SetTxDone(e.txDone)
 	e.gro.Init(o.GRO)
+	if o.AckFilter {
+		e.rx.batch = make([]Frame, 0, o.RxBudget)
+		e.rx.info = make([]pureACK, o.RxBudget)
+		e.rx.drop = make([]bool, o.RxBudget)
+		e.rx.trust = make([]int8, o.RxBudget)
+	}
 	e.frag.init()
 	return e, nil
 }
@@ -404,6 +423,25 @@ func (e *Endpoint) rxBatch() bool {
 		return false
 	}
 	more := true // until the NIC says it has nothing left
+	if !e.opts.AckFilter {
+		for i := 0; i < e.opts.RxBudget; i++ {
+			f, err := e.dev.Receive()
+			if err != nil {
+				e.count(func(s *Stats) { s.RxNICErrors++ })
+				continue
+			}
+			if f == nil {
+				more = false
+				break
+			}
+			e.deliver(d, f)
+		}
+		e.gro.Flush()
+		return more
+	}
+	// Take the whole batch first, so that ACKs superseded within it can
+	// be dropped (see ackfilter.go).
+	b := e.rx.batch[:0]
 	for i := 0; i < e.opts.RxBudget; i++ {
 		f, err := e.dev.Receive()
 		if err != nil {
@@ -414,10 +452,51 @@ func (e *Endpoint) rxBatch() bool {
 			more = false
 			break
 		}
+		b = append(b, f)
+	}
+	info, drop, trust := e.rx.info[:len(b)], e.rx.drop[:len(b)], e.rx.trust[:len(b)]
+	clear(trust)
+	n := filterACKs(b, info, drop, func(j int) bool {
+		if trust[j] == 0 {
+			trust[j] = -1
+			if e.ackTrusted(b[j]) {
+				trust[j] = 1
+			}
+		}
+		return trust[j] > 0
+	})
+	if n > 0 {
+		e.count(func(s *Stats) { s.RxACKsFiltered += uint64(n) })
+	}
+	for i, f := range b {
+		if drop[i] {
+			f.Release()
+			continue
+		}
 		e.deliver(d, f)
 	}
+	clear(b) // drop references to released frames
 	e.gro.Flush()
 	return more
+}
+
+// ackTrusted reports whether a pure ACK's checksums are good: checked by
+// the hardware, or here.
+func (e *Endpoint) ackTrusted(f Frame) bool {
+	b := f.Bytes()
+	ipOK, l4OK := f.Verified()
+	h, err := pkt.Parse(b)
+	if err != nil {
+		return false
+	}
+	if !h.IPv6 && !ipOK && !pkt.IPv4HeaderOK(b, h) {
+		return false
+	}
+	if l4OK {
+		return true
+	}
+	ok, checked := pkt.TransportOK(b, h)
+	return ok && checked
 }
 
 // deliver copies a frame once into a gVisor buffer and hands it up.

@@ -37,13 +37,15 @@ type mode struct {
 	strategy bounce.Strategy
 	tso      bool
 	gro      bool
+	ackf     bool // Options.AckFilter
 }
 
 var modes = []mode{
-	{"bounce", bounce.Bounce, false, false},
-	{"sg", bounce.SG, false, false},
-	{"sg+tso", bounce.SG, true, false},
-	{"sg+tso+gro", bounce.SG, true, true},
+	{"bounce", bounce.Bounce, false, false, false},
+	{"sg", bounce.SG, false, false, false},
+	{"sg+tso", bounce.SG, true, false, false},
+	{"sg+tso+gro", bounce.SG, true, true, false},
+	{"sg+tso+ackfilter", bounce.SG, true, false, true},
 }
 
 // host is one gVisor stack on one ENET model.
@@ -81,7 +83,7 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 		c.OnTxDone = func(cookie any, err error) { dev.Done(cookie, err) }
 	}})
 	dev = fecdev.New(rig.NIC)
-	ep, err := netstack.New(netstack.Options{Device: dev, TSO: o.mode.tso, GRO: o.mode.gro})
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: o.mode.tso, GRO: o.mode.gro, AckFilter: o.mode.ackf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,115 @@
+package netstack
+
+import (
+	"encoding/binary"
+
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// ACK filtering (RFC 3449, 5.2.1): of the pure TCP acknowledgements of one
+// connection that arrive in one receive batch, only the newest is handed
+// to the stack; the older ones carry nothing it does not also say.
+//
+// Why: gVisor's TCP sender sends from inside its handling of each ACK, as
+// much as that ACK freed. A peer that acknowledges every segment or two
+// (QEMU's slirp, most stacks with delayed ACK) thus gets one or two segments
+// per GSO packet, however large the window, and TSO saves almost nothing.
+// Handed only the newest of k queued ACKs, the sender sends everything they
+// freed at once, as one GSO packet.
+//
+// What is never dropped: duplicate ACKs (the same acknowledgement number:
+// they signal loss), ACKs with SACK or any option but timestamps and
+// padding, ACKs with any flag but ACK (SYN, FIN, RST, URG, ECE, CWR, PSH),
+// ACKs carrying data, IPv4 ACKs marked Congestion Experienced, fragments,
+// VLAN-tagged frames, and any ACK unless a later one of the same connection
+// in the batch acknowledges strictly more and has passed its checksums.
+
+// ackKey identifies a TCP connection in one direction.
+type ackKey struct {
+	v6           bool
+	src, dst     [16]byte
+	sport, dport uint16
+}
+
+// pureACK is what filtering needs of a frame.
+type pureACK struct {
+	ok  bool // a pure ACK that may be dropped or may replace others
+	key ackKey
+	ack uint32
+}
+
+// classifyACK parses f and reports whether it is a filterable pure ACK.
+func classifyACK(f []byte) pureACK {
+	h, err := pkt.Parse(f)
+	if err != nil || h.Proto != pkt.ProtoTCP || h.Fragment || h.VLANs != 0 || h.IPEnd > len(f) {
+		return pureACK{}
+	}
+	t := f[h.L4:h.IPEnd]
+	if len(t) < 20 {
+		return pureACK{}
+	}
+	doff := int(t[12]>>4) * 4
+	if doff < 20 || doff != len(t) || t[12]&0x0F != 0 || t[13] != 0x10 {
+		// Payload, reserved bits (AccECN), or a flag other than ACK.
+		return pureACK{}
+	}
+	for o := t[20:doff]; len(o) > 0; {
+		switch o[0] {
+		case 0: // end of options
+			o = nil
+		case 1: // no-operation
+			o = o[1:]
+		case 8: // timestamps
+			if len(o) < 10 || o[1] != 10 {
+				return pureACK{}
+			}
+			o = o[10:]
+		default: // SACK and anything unknown: keep
+			return pureACK{}
+		}
+	}
+	var k ackKey
+	ip := f[h.L3:]
+	if h.IPv6 {
+		k.v6 = true
+		copy(k.src[:], ip[8:24])
+		copy(k.dst[:], ip[24:40])
+	} else {
+		if ip[1]&3 == 3 { // ECN Congestion Experienced
+			return pureACK{}
+		}
+		copy(k.src[:], ip[12:16])
+		copy(k.dst[:], ip[16:20])
+	}
+	k.sport = binary.BigEndian.Uint16(t[0:])
+	k.dport = binary.BigEndian.Uint16(t[2:])
+	return pureACK{ok: true, key: k, ack: binary.BigEndian.Uint32(t[8:])}
+}
+
+// seqAfter reports whether a is after b in sequence space (RFC 1982).
+func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
+
+// filterACKs marks in drop the frames of batch whose pure ACK is
+// superseded by a later one of the same connection in the batch. trusted
+// reports whether frame j's checksums are good; it is asked only about
+// frames that would supersede another. It returns how many it marked.
+func filterACKs(batch []Frame, info []pureACK, drop []bool, trusted func(j int) bool) int {
+	n := 0
+	for i := range batch {
+		info[i] = classifyACK(batch[i].Bytes())
+		drop[i] = false
+	}
+	for i := range batch {
+		if !info[i].ok {
+			continue
+		}
+		for j := len(batch) - 1; j > i; j-- {
+			if info[j].ok && info[j].key == info[i].key && seqAfter(info[j].ack, info[i].ack) && trusted(j) {
+				drop[i] = true
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
