@@ -58,7 +58,7 @@ fuzz:
 ## bench: the README's figures: host benchmarks summarised with benchstat, then the QEMU comparison
 ## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile), all in build/bench/report.md
 BENCHSIZE  ?= 33554432
-BENCHCOUNT ?= 5
+BENCHCOUNT ?= 6
 bench: bench-host bench-qemu
 
 bench-qemu:

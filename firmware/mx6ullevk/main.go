@@ -56,7 +56,7 @@ func main() {
 		panic(err)
 	}
 	dev = fecdev.New(n)
-	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true})
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true})
 	if err != nil {
 		panic(err)
 	}
