@@ -53,7 +53,9 @@ var ramSize uint32 = GoRAMSize
 
 var (
 	idleNs   atomic.Int64
-	tickless atomic.Bool // set once the interrupt goroutine serves the timer
+	irqs     atomic.Int64 // ENET interrupts serviced
+	irqNs    atomic.Int64 // time in the ENET handler
+	tickless atomic.Bool  // set once the interrupt goroutine serves the timer
 )
 
 // Generic timer interrupts (PPIs) of the Cortex-A7: secure and non-secure
@@ -103,6 +105,13 @@ func Init() {
 		idleNs.Add(cpu.GetTime() - t0)
 	}
 }
+
+// Interrupts returns how many ENET interrupts were serviced and the time
+// spent in the driver's handler (TX reclaim and completions, RX wake-up).
+func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
+
+// Nanotime is the clock the board's counters use.
+func Nanotime() int64 { return imx6ul.ARM.GetTime() }
 
 // IdleNanoseconds returns the time spent idle since Init.
 func IdleNanoseconds() int64 { return idleNs.Load() }
@@ -167,7 +176,10 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 			case id >= 1020:
 				return
 			case id == imx6ul.ENET1_IRQ:
+				t0 := imx6ul.ARM.GetTime()
 				_, _ = n.Interrupt()
+				irqNs.Add(imx6ul.ARM.GetTime() - t0)
+				irqs.Add(1)
 			case id == irqSecurePhysTimer || id == irqNonSecurePhysTimer:
 				// The idle governor's alarm: it woke the core, which is
 				// all it is for. Disarm it (the line is level).

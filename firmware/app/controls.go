@@ -23,6 +23,9 @@ type NICControls struct {
 	NIC  *fec.NIC
 	EP   *netstack.Endpoint
 	Idle func() int64
+	// Interrupts, if set, reports interrupts serviced and time spent
+	// handling them.
+	Interrupts func() (n, ns int64)
 }
 
 // SetMode implements Controls. "tso" is scatter-gather placement plus host
@@ -65,6 +68,8 @@ type NICStats struct {
 	Driver   fec.Stats         `json:"driver"`
 	Endpoint netstack.Stats    `json:"endpoint"`
 	MIB      map[string]uint32 `json:"mib"`
+	IRQs     int64             `json:"irqs"`
+	IRQNs    int64             `json:"irq_ns"`
 }
 
 // Stats implements Controls.
@@ -73,7 +78,11 @@ func (c *NICControls) Stats() any {
 	for _, x := range c.NIC.MIB() {
 		m[x.Name] = x.Value
 	}
-	return NICStats{Driver: c.NIC.Stats(), Endpoint: c.EP.Stats(), MIB: m}
+	st := NICStats{Driver: c.NIC.Stats(), Endpoint: c.EP.Stats(), MIB: m}
+	if c.Interrupts != nil {
+		st.IRQs, st.IRQNs = c.Interrupts()
+	}
+	return st
 }
 
 // NewStack builds a gVisor stack on ep with a static IPv4 address and

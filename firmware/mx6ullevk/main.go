@@ -56,7 +56,8 @@ func main() {
 		panic(err)
 	}
 	dev = fecdev.New(n)
-	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true})
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true,
+		Clock: mx6ullevk.Nanotime})
 	if err != nil {
 		panic(err)
 	}
@@ -64,7 +65,7 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	ctl := &app.NICControls{NIC: n, EP: ep, Idle: mx6ullevk.IdleNanoseconds}
+	ctl := &app.NICControls{NIC: n, EP: ep, Idle: mx6ullevk.IdleNanoseconds, Interrupts: mx6ullevk.Interrupts}
 	if err := ctl.SetMode(Mode, nil); err != nil {
 		panic(err)
 	}

@@ -44,6 +44,15 @@ type Run struct {
 	// StackPktsPerMiB counts packets the stack handed the endpoint (a GSO
 	// packet counts once) in the transfer's sending direction.
 	StackPktsPerMiB float64 `json:"stack_packets_per_mib"`
+	// Per-stage guest time per MiB (instructions under icount): the ENET
+	// interrupt handler, the endpoint's receive passes (gVisor's IP and
+	// TCP input run inside them) and its WritePackets calls (placement,
+	// segmentation, driver), and how many interrupts and receive passes.
+	IRQPerMiB      float64 `json:"irq_ns_per_mib"`
+	RxPerMiB       float64 `json:"endpoint_rx_ns_per_mib"`
+	TxPerMiB       float64 `json:"endpoint_tx_ns_per_mib"`
+	IRQsPerMiB     float64 `json:"irqs_per_mib"`
+	RxPassesPerMiB float64 `json:"rx_passes_per_mib"`
 }
 
 func num(m map[string]any, path ...string) float64 {
@@ -138,6 +147,8 @@ func main() {
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
 	var rep strings.Builder
 	table(&rep, all)
+	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
+	stageTable(&rep, all)
 	if len(profs) > 0 {
 		fmt.Fprintln(&rep, "\n### Where the guest's time goes (PC sampled every millisecond through QEMU's gdbstub under -icount)")
 		printProfiles(&rep, profs)
@@ -191,6 +202,11 @@ func transfer(m *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run,
 	r.Mbps = float64(n*8) / (float64(r.WallNs) / 1e9) / 1e6
 	r.BusyNs = int64(d("uptime_ns") - d("idle_ns"))
 	r.BusyPerMiB = float64(r.BusyNs) / mib
+	r.IRQPerMiB = d("nic", "irq_ns") / mib
+	r.IRQsPerMiB = d("nic", "irqs") / mib
+	r.RxPerMiB = d("nic", "endpoint", "RxNs") / mib
+	r.RxPassesPerMiB = d("nic", "endpoint", "RxBatches") / mib
+	r.TxPerMiB = d("nic", "endpoint", "TxNs") / mib
 	if dir == "tx" {
 		r.CopiedPerByte = d("nic", "driver", "Tx", "Copied") / float64(n)
 		if f := d("nic", "driver", "Tx", "Frames"); f > 0 {
@@ -240,6 +256,27 @@ func col(rs []Run, f func(Run) float64) float64 {
 		v = append(v, f(r))
 	}
 	return median(v)
+}
+
+// stageTable splits the icount busy figure of each configuration into the
+// stages the firmware times.
+func stageTable(w io.Writer, all []Run) {
+	keys, g := groups(all)
+	fmt.Fprintln(w, "\n| direction | TX mode | copybreak | busy | ENET interrupt handler | endpoint RX (with gVisor IP/TCP input) | endpoint TX (placement, TSO, driver) | rest (gVisor TCP processing and output, application, scheduler) | interrupts per MiB | RX passes per MiB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, k := range keys {
+		ic := g[k]["icount"]
+		if len(ic) == 0 {
+			continue
+		}
+		busy := col(ic, func(r Run) float64 { return r.BusyPerMiB })
+		irq := col(ic, func(r Run) float64 { return r.IRQPerMiB })
+		rx := col(ic, func(r Run) float64 { return r.RxPerMiB })
+		tx := col(ic, func(r Run) float64 { return r.TxPerMiB })
+		fmt.Fprintf(w, "| %s | %s | %d | %.2f M | %.2f M | %.2f M | %.2f M | %.2f M | %.0f | %.0f |\n", dirName(k.dir), k.mode, k.cb,
+			busy/1e6, irq/1e6, rx/1e6, tx/1e6, (busy-irq-rx-tx)/1e6,
+			col(ic, func(r Run) float64 { return r.IRQsPerMiB }), col(ic, func(r Run) float64 { return r.RxPassesPerMiB }))
+	}
 }
 
 func table(w io.Writer, all []Run) {
