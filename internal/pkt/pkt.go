@@ -141,7 +141,10 @@ func Parse(f []byte) (Headers, error) {
 // result is folded to 16 bits (not complemented), so callers may keep
 // adding small values before Fold. Since 2^16 = 1 mod 0xFFFF, 32-bit words
 // summed in 64 bits give the same result as 16-bit words.
-func Sum(sum uint32, b []byte) uint32 {
+func Sum(sum uint32, b []byte) uint32 { return sum32(sum, b) }
+
+// sumGeneric is Sum in portable Go.
+func sumGeneric(sum uint32, b []byte) uint32 {
 	s := uint64(sum)
 	for len(b) >= 32 {
 		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:])) +

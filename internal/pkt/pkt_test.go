@@ -3,6 +3,7 @@ package pkt
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -112,10 +113,52 @@ func TestSumMatchesTheNaiveLoop(t *testing.T) {
 			}
 		}
 	}
+	for start := 0; start < 9; start++ {
+		for _, n := range []int{1500, 2000, 2991 - start} {
+			if got, want := Fold(Sum(7, b[start:start+n])), Fold(naiveSum(7, b[start:start+n])); got != want {
+				t.Fatalf("start %d len %d: %#x want %#x", start, n, got, want)
+			}
+		}
+	}
 	ff := bytes.Repeat([]byte{0xFF}, 2999)
 	if got, want := Fold(Sum(0, ff)), Fold(naiveSum(0, ff)); got != want {
 		t.Fatalf("all ones: %#x want %#x", got, want)
 	}
+}
+
+func TestSumRandomBuffers(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 3000; i++ {
+		b := make([]byte, r.IntN(3000))
+		for j := range b {
+			b[j] = byte(r.Uint32())
+			if r.IntN(4) == 0 {
+				b[j] = 0xFF
+			}
+		}
+		o := min(r.IntN(8), len(b))
+		seed := r.Uint32() & 0x1FFFF
+		if got, want := Fold(Sum(seed, b[o:])), Fold(naiveSum(seed, b[o:])); got != want {
+			t.Fatalf("offset %d length %d seed %#x: %#x want %#x", o, len(b)-o, seed, got, want)
+		}
+	}
+}
+
+// FuzzSum: Sum equals RFC 1071's loop at any offset and length (on ARM
+// this checks the assembly against the definition).
+func FuzzSum(f *testing.F) {
+	f.Add(bytes.Repeat([]byte{0xFF}, 300), uint8(2), uint32(0xFFFF))
+	f.Add([]byte("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0"), uint8(1), uint32(0))
+	f.Fuzz(func(t *testing.T, b []byte, off uint8, seed uint32) {
+		seed &= 0x1FFFF
+		o := int(off) % 8
+		if o > len(b) {
+			return
+		}
+		if got, want := Fold(Sum(seed, b[o:])), Fold(naiveSum(seed, b[o:])); got != want {
+			t.Fatalf("offset %d length %d seed %#x: %#x want %#x", o, len(b)-o, seed, got, want)
+		}
+	})
 }
 
 func BenchmarkSum1500(b *testing.B) {

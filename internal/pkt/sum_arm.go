@@ -1,0 +1,41 @@
+//go:build arm
+
+package pkt
+
+import (
+	"math/bits"
+	"unsafe"
+)
+
+// sumAligned returns the 32-bit ones'-complement sum (end-around carry) of
+// the little-endian words of b, whose address is 4-byte aligned and whose
+// length is a multiple of 32. Implemented in sum_arm.s: eight words per
+// iteration, loaded with LDM and added with ADCS.
+//
+//go:noescape
+func sumAligned(b []byte) uint32
+
+// sum32 is Sum for 32-bit ARM, where the portable loop's byte loads,
+// byte swaps and 64-bit additions cost about 2.4 instructions per byte
+// (measured under QEMU -icount, where the endpoint's software RX checksum
+// was the largest single cost of receiving). Ones'-complement sums do not
+// depend on byte order (RFC 1071, 2.(B)), so the bulk is summed as native
+// little-endian words and the folded result byte-swapped.
+func sum32(sum uint32, b []byte) uint32 {
+	if len(b) < 64 {
+		return sumGeneric(sum, b)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p&1 != 0 {
+		return sumGeneric(sum, b) // odd address: the word phase is lost
+	}
+	if p&2 != 0 {
+		sum = sumGeneric(sum, b[:2]) // an even prefix keeps the 16-bit phase
+		b = b[2:]
+	}
+	n := len(b) &^ 31
+	le := sumAligned(b[:n])
+	le = le>>16 + le&0xFFFF
+	le = le>>16 + le&0xFFFF
+	return sumGeneric(sum+uint32(bits.ReverseBytes16(uint16(le))), b[n:])
+}
