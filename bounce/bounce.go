@@ -95,6 +95,14 @@ type Plan struct {
 // Segments returns the used segments.
 func (p *Plan) Segments() []Segment { return p.Segs[:p.N] }
 
+// reset empties the plan. Only the segments in use are cleared (dropping
+// their references to caller memory): zeroing all MaxSegs of them, a
+// kilobyte, cost a fifth of the placement time of every TSO segment.
+func (p *Plan) reset() {
+	clear(p.Segs[:p.N])
+	p.N, p.Len, p.Copied, p.Bounce = 0, 0, 0, false
+}
+
 // Scratch is aligned memory a Placer copies into, indexed by the position of
 // the descriptor within the frame. Slot and Bounce buffers of one index may
 // alias: a frame uses one or the other for each index.
@@ -142,7 +150,7 @@ func (p *Placer) smallFrag() int {
 // SG falls back to Bounce for a frame that would need more than MaxDescs
 // descriptors; plan.Bounce tells.
 func (p *Placer) Place(s Strategy, frags [][]byte, sc Scratch, plan *Plan) error {
-	*plan = Plan{}
+	plan.reset()
 	total := 0
 	for _, f := range frags {
 		total += len(f)
@@ -157,7 +165,7 @@ func (p *Placer) Place(s Strategy, frags [][]byte, sc Scratch, plan *Plan) error
 		if p.sg(0, frags, sc, plan) {
 			return nil
 		}
-		*plan = Plan{}
+		plan.reset()
 	}
 	return p.copyAll(frags, total, sc.Bounce(0), plan)
 }
@@ -168,7 +176,7 @@ func (p *Placer) Place(s Strategy, frags [][]byte, sc Scratch, plan *Plan) error
 // descriptor. It fails only if the frame would need more than MaxDescs
 // descriptors or is shorter than MinFrame; the caller then flattens it.
 func (p *Placer) PlaceAfterHeader(hdrLen int, frags [][]byte, sc Scratch, plan *Plan) error {
-	*plan = Plan{}
+	plan.reset()
 	total := hdrLen
 	for _, f := range frags {
 		total += len(f)
