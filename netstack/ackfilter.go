@@ -20,8 +20,9 @@ import (
 // What is never dropped: duplicate ACKs (the same acknowledgement number:
 // they signal loss), ACKs with SACK or any option but timestamps and
 // padding, ACKs with any flag but ACK (SYN, FIN, RST, URG, ECE, CWR, PSH),
-// ACKs carrying data, IPv4 ACKs marked Congestion Experienced, fragments,
-// VLAN-tagged frames, and any ACK unless a later one of the same connection
+// ACKs carrying data, ACKs marked Congestion Experienced, fragments,
+// IPv4 options, IPv6 extension headers, VLAN-tagged frames, and any ACK
+// unless a later one of the same connection
 // in the batch acknowledges strictly more and has passed its checksums.
 
 // ackKey identifies a TCP connection in one direction.
@@ -38,14 +39,45 @@ type pureACK struct {
 	ack uint32
 }
 
-// classifyACK parses f and reports whether it is a filterable pure ACK.
+// classifyACK reports whether f is a filterable pure ACK. It parses only
+// what a pure ACK can be: untagged Ethernet, IPv4 without options or IPv6
+// without extension headers, TCP with at most 40 bytes of options; anything
+// else (larger frames included) is kept as is.
 func classifyACK(f []byte) pureACK {
-	h, err := pkt.Parse(f)
-	if err != nil || h.Proto != pkt.ProtoTCP || h.Fragment || h.VLANs != 0 || h.IPEnd > len(f) {
+	const eth = 14
+	if len(f) < eth+20+20 || len(f) > eth+40+60 {
 		return pureACK{}
 	}
-	t := f[h.L4:h.IPEnd]
-	if len(t) < 20 {
+	var k ackKey
+	var t []byte
+	ip := f[eth:]
+	switch binary.BigEndian.Uint16(f[12:]) {
+	case 0x0800:
+		// Version 4, IHL 5, TCP, not Congestion Experienced, not a fragment.
+		if ip[0] != 0x45 || ip[9] != pkt.ProtoTCP || ip[1]&3 == 3 || ip[6]&0x3F != 0 || ip[7] != 0 {
+			return pureACK{}
+		}
+		tot := int(binary.BigEndian.Uint16(ip[2:]))
+		if tot < 40 || tot > len(ip) {
+			return pureACK{}
+		}
+		copy(k.src[:], ip[12:16])
+		copy(k.dst[:], ip[16:20])
+		t = ip[20:tot]
+	case 0x86DD:
+		// Version 6, next header TCP, not Congestion Experienced.
+		if len(ip) < 60 || ip[0]>>4 != 6 || ip[6] != pkt.ProtoTCP || (ip[1]>>4)&3 == 3 {
+			return pureACK{}
+		}
+		pl := int(binary.BigEndian.Uint16(ip[4:]))
+		if pl < 20 || 40+pl > len(ip) {
+			return pureACK{}
+		}
+		k.v6 = true
+		copy(k.src[:], ip[8:24])
+		copy(k.dst[:], ip[24:40])
+		t = ip[40 : 40+pl]
+	default:
 		return pureACK{}
 	}
 	doff := int(t[12]>>4) * 4
@@ -67,19 +99,6 @@ func classifyACK(f []byte) pureACK {
 		default: // SACK and anything unknown: keep
 			return pureACK{}
 		}
-	}
-	var k ackKey
-	ip := f[h.L3:]
-	if h.IPv6 {
-		k.v6 = true
-		copy(k.src[:], ip[8:24])
-		copy(k.dst[:], ip[24:40])
-	} else {
-		if ip[1]&3 == 3 { // ECN Congestion Experienced
-			return pureACK{}
-		}
-		copy(k.src[:], ip[12:16])
-		copy(k.dst[:], ip[16:20])
 	}
 	k.sport = binary.BigEndian.Uint16(t[0:])
 	k.dport = binary.BigEndian.Uint16(t[2:])

@@ -113,7 +113,14 @@ func TestClassifyACK(t *testing.T) {
 	udp[14+9] = 17
 	frag := ackFrame(seg{ack: 5, flags: ack})
 	frag[14+6] = 0x20 // MF
-	for name, f := range map[string][]byte{"UDP": udp, "fragment": frag, "truncated": ackFrame(seg{ack: 5, flags: ack})[:50], "empty": nil} {
+	ce6 := ackFrame(seg{v6: true, ack: 5, flags: ack})
+	ce6[14+1] |= 0x30 // traffic class ECN bits: CE
+	hbh := ackFrame(seg{v6: true, ack: 5, flags: ack})
+	hbh[14+6] = 0 // next header: hop-by-hop options
+	opts4 := ackFrame(seg{ack: 5, flags: ack})
+	opts4[14] = 0x46 // IHL 6: IPv4 options
+	for name, f := range map[string][]byte{"UDP": udp, "fragment": frag, "IPv6 CE": ce6,
+		"IPv6 extension header": hbh, "IPv4 options": opts4, "large frame": ackFrame(seg{ack: 5, flags: ack, data: 200}), "truncated": ackFrame(seg{ack: 5, flags: ack})[:50], "empty": nil} {
 		if classifyACK(f).ok {
 			t.Errorf("%s: classified as a filterable ACK", name)
 		}
