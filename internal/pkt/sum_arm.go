@@ -16,7 +16,7 @@ import (
 func sumAligned(b []byte) uint32
 
 // sum32 is Sum for 32-bit ARM, where the portable loop's byte loads,
-// byte swaps and 64-bit additions cost about 2.4 instructions per byte
+// byte swaps and 64-bit additions cost about 3.4 instructions per byte
 // (measured under QEMU -icount, where the endpoint's software RX checksum
 // was the largest single cost of receiving). Ones'-complement sums do not
 // depend on byte order (RFC 1071, 2.(B)), so the bulk is summed as native
