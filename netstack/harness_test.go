@@ -46,6 +46,7 @@ var modes = []mode{
 	{"sg+tso", bounce.SG, true, false, false},
 	{"sg+tso+gro", bounce.SG, true, true, false},
 	{"sg+tso+ackfilter", bounce.SG, true, false, true},
+	{"sg+tso+gro+ackfilter", bounce.SG, true, true, true}, // the firmware's
 }
 
 // host is one gVisor stack on one ENET model.

@@ -124,7 +124,7 @@ func TestTCPBothWaysEveryModeIPv4AndIPv6(t *testing.T) {
 }
 
 func TestTCPSurvivesLossDuplicationAndReordering(t *testing.T) {
-	for _, m := range []mode{modes[1], modes[3], modes[4]} {
+	for _, m := range []mode{modes[1], modes[3], modes[4], modes[5]} {
 		t.Run(m.name, func(t *testing.T) {
 			a, b, w := pair(t, hostOptions{mode: m})
 			var k atomic.Int64

@@ -55,7 +55,7 @@ func udpClient(t *testing.T, from, to *host, v6 bool, port uint16) *gonet.UDPCon
 }
 
 func TestUDPDatagramsUpTo64KiBBothWays(t *testing.T) {
-	for _, m := range []mode{modes[1], modes[3]} {
+	for _, m := range []mode{modes[1], modes[3], modes[5]} {
 		for _, v6 := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/v6=%v", m.name, v6), func(t *testing.T) {
 				a, b, w := pair(t, hostOptions{mode: m})
@@ -100,7 +100,7 @@ func TestUDPDatagramsUpTo64KiBBothWays(t *testing.T) {
 // and gVisor's reassembly would inherit the "validated" flag when RX
 // offload is advertised. The datagram must never be delivered.
 func TestCorruptUDPFragmentIsNeverDelivered(t *testing.T) {
-	for _, m := range []mode{modes[1], modes[3]} {
+	for _, m := range []mode{modes[1], modes[3], modes[5]} {
 		for _, v6 := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/v6=%v", m.name, v6), func(t *testing.T) {
 				a, b, w := pair(t, hostOptions{mode: m})
