@@ -105,6 +105,27 @@ func TestSystemMaintainsTheCacheByDirection(t *testing.T) {
 		t.Fatalf("exhaustion: %v", err)
 	}
 	s.Barrier()
+	// A Cached region the MMU maps uncached: its buffers get barriers
+	// only, memory mapped from RAM is still maintained.
+	c.ops = nil
+	u := dma.NewSystem(dma.SystemConfig{
+		Cached:   dma.RegionConfig{Mem: cached, Base: 0x9000_0000, Uncached: true},
+		RAMStart: lo, RAMEnd: ^uintptr(0), Cache: c,
+	})
+	ub, err := u.Alloc(100, 16, dma.Cached)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SyncForDevice(ub, dma.ToDevice)
+	u.SyncForCPU(ub, dma.FromDevice)
+	um, err := u.Map(ram[3:50], dma.ToDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SyncForCPU(um, dma.FromDevice)
+	if want := []string{"dsb", "clean 47", "dsb", "inv 47", "dsb"}; fmt.Sprint(c.ops) != fmt.Sprint(want) {
+		t.Fatalf("uncached region ops %v\nwant %v", c.ops, want)
+	}
 	narrow := dma.NewSystem(dma.SystemConfig{RAMStart: 1, RAMEnd: 2})
 	if _, err := narrow.Map(ram, dma.ToDevice); !errors.Is(err, dma.ErrUnreadable) {
 		t.Fatalf("map outside RAM: %v", err)

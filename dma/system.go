@@ -24,6 +24,11 @@ type RegionConfig struct {
 	Mem []byte
 	// Base is the device address of Mem[0].
 	Base Addr
+	// Uncached says the MMU maps this block uncached, so buffers allocated
+	// from it need no cache maintenance (syncing them is a barrier only).
+	// Set it for the Cached region only when that is true of the memory
+	// map: memory mapped from RAM by Map is maintained regardless.
+	Uncached bool
 }
 
 // SystemConfig describes the DMA view of a real machine.
@@ -132,7 +137,7 @@ func (s *System) Unmap(b Buffer, dir Dir) error {
 
 // SyncForDevice implements Memory.
 func (s *System) SyncForDevice(b Buffer, dir Dir) {
-	if s.cfg.Cache == nil || b.tag == tagCoherent || len(b.cpu) == 0 {
+	if s.cfg.Cache == nil || s.uncached(b) || len(b.cpu) == 0 {
 		s.Barrier()
 		return
 	}
@@ -150,13 +155,18 @@ func (s *System) SyncForDevice(b Buffer, dir Dir) {
 
 // SyncForCPU implements Memory.
 func (s *System) SyncForCPU(b Buffer, dir Dir) {
-	if s.cfg.Cache == nil || b.tag == tagCoherent || len(b.cpu) == 0 || dir == ToDevice {
+	if s.cfg.Cache == nil || s.uncached(b) || len(b.cpu) == 0 || dir == ToDevice {
 		return
 	}
 	// Invalidate again after the transfer: the CPU may have speculatively
 	// refilled lines while the device owned them.
 	s.cfg.Cache.Invalidate(cpuAddr(b.cpu), len(b.cpu))
 	s.cfg.Cache.Barrier()
+}
+
+// uncached reports whether b lies in memory the MMU maps uncached.
+func (s *System) uncached(b Buffer) bool {
+	return b.tag == tagCoherent || b.tag == tagCached && s.cfg.Cached.Uncached
 }
 
 // Barrier implements Memory.
