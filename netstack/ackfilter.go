@@ -108,23 +108,44 @@ func classifyACK(f []byte) pureACK {
 // seqAfter reports whether a is after b in sequence space (RFC 1982).
 func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
 
-// filterACKs marks in drop the frames of batch whose pure ACK is
-// superseded by a later one of the same connection in the batch. trusted
-// reports whether frame j's checksums are good; it is asked only about
-// frames that would supersede another. It returns how many it marked.
-func filterACKs(batch []Frame, info []pureACK, drop []bool, trusted func(j int) bool) int {
+// ackSlot is the filter's view of one frame of a batch.
+type ackSlot struct {
+	pureACK
+	drop  bool
+	trust int8 // 0: not asked yet, 1: checksums good, -1: bad
+}
+
+// filterACKs sets drop on the frames of batch (described in slots, one
+// per frame) whose pure ACK is superseded by a later one of the same
+// connection in the batch. trusted reports whether a frame's checksums are
+// good; it is asked at most once per frame, and only about frames that
+// would supersede another (pure ACKs classifyACK accepted). It returns how
+// many frames it marked.
+func filterACKs(batch []Frame, slots []ackSlot, trusted func(Frame) bool) int {
+	for i, f := range batch {
+		slots[i] = ackSlot{pureACK: classifyACK(f.Bytes())}
+	}
+	supersedes := func(j, i int) bool {
+		sj, si := &slots[j], &slots[i]
+		if !sj.ok || sj.key != si.key || !seqAfter(sj.ack, si.ack) {
+			return false
+		}
+		if sj.trust == 0 {
+			sj.trust = -1
+			if trusted(batch[j]) {
+				sj.trust = 1
+			}
+		}
+		return sj.trust > 0
+	}
 	n := 0
 	for i := range batch {
-		info[i] = classifyACK(batch[i].Bytes())
-		drop[i] = false
-	}
-	for i := range batch {
-		if !info[i].ok {
+		if !slots[i].ok {
 			continue
 		}
 		for j := len(batch) - 1; j > i; j-- {
-			if info[j].ok && info[j].key == info[i].key && seqAfter(info[j].ack, info[i].ack) && trusted(j) {
-				drop[i] = true
+			if supersedes(j, i) {
+				slots[i].drop = true
 				n++
 				break
 			}

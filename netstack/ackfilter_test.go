@@ -152,11 +152,11 @@ func TestFilterACKsKeepsWhatTheStackNeeds(t *testing.T) {
 		frames[i] = &testFrame{b: ackFrame(s)}
 	}
 	e := &Endpoint{}
-	info, drop := make([]pureACK, len(frames)), make([]bool, len(frames))
-	n := filterACKs(frames, info, drop, func(j int) bool { return e.ackTrusted(frames[j]) })
+	slots := make([]ackSlot, len(frames))
+	n := filterACKs(frames, slots, e.ackTrusted)
 	for i := range frames {
-		if drop[i] != want[i] {
-			t.Errorf("frame %d (%+v): dropped %v, want %v", i, batch[i], drop[i], want[i])
+		if slots[i].drop != want[i] {
+			t.Errorf("frame %d (%+v): dropped %v, want %v", i, batch[i], slots[i].drop, want[i])
 		}
 	}
 	if n != len(want) {

@@ -96,9 +96,7 @@ type Endpoint struct {
 	frag fragCheck
 	rx   struct { // receive goroutine only: one batch, for ACK filtering
 		batch []Frame
-		info  []pureACK
-		drop  []bool
-		trust []int8
+		slots []ackSlot
 	}
 	stats struct {
 		sync.Mutex
@@ -135,9 +133,7 @@ func New(o Options) (*Endpoint, error) {
 	e.gro.Init(o.GRO)
 	if o.AckFilter {
 		e.rx.batch = make([]Frame, 0, o.RxBudget)
-		e.rx.info = make([]pureACK, o.RxBudget)
-		e.rx.drop = make([]bool, o.RxBudget)
-		e.rx.trust = make([]int8, o.RxBudget)
+		e.rx.slots = make([]ackSlot, o.RxBudget)
 	}
 	e.frag.init()
 	return e, nil
@@ -426,17 +422,17 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		case <-tick:
 			e.dev.Poll()
 		}
+		var t0 int64
 		if c := e.opts.Clock; c != nil {
-			t0 := c()
-			n := int64(1)
-			for e.rxBatch() {
-				n++
-			}
+			t0 = c()
+		}
+		n := int64(1)
+		for e.rxBatch() {
+			n++
+		}
+		if c := e.opts.Clock; c != nil {
 			e.rxNs.Add(c() - t0)
 			e.rxBatches.Add(n)
-			continue
-		}
-		for e.rxBatch() {
 		}
 	}
 }
@@ -451,24 +447,9 @@ func (e *Endpoint) rxBatch() bool {
 		return false
 	}
 	more := true // until the NIC says it has nothing left
-	if !e.opts.AckFilter {
-		for i := 0; i < e.opts.RxBudget; i++ {
-			f, err := e.dev.Receive()
-			if err != nil {
-				e.count(func(s *Stats) { s.RxNICErrors++ })
-				continue
-			}
-			if f == nil {
-				more = false
-				break
-			}
-			e.deliver(d, f)
-		}
-		e.gro.Flush()
-		return more
-	}
-	// Take the whole batch first, so that ACKs superseded within it can
-	// be dropped (see ackfilter.go).
+	// With the ACK filter the whole batch is taken first, so that ACKs
+	// superseded within it can be dropped (see ackfilter.go); without it,
+	// each frame goes up as it is taken.
 	b := e.rx.batch[:0]
 	for i := 0; i < e.opts.RxBudget; i++ {
 		f, err := e.dev.Receive()
@@ -480,51 +461,37 @@ func (e *Endpoint) rxBatch() bool {
 			more = false
 			break
 		}
-		b = append(b, f)
-	}
-	info, drop, trust := e.rx.info[:len(b)], e.rx.drop[:len(b)], e.rx.trust[:len(b)]
-	clear(trust)
-	n := filterACKs(b, info, drop, func(j int) bool {
-		if trust[j] == 0 {
-			trust[j] = -1
-			if e.ackTrusted(b[j]) {
-				trust[j] = 1
-			}
-		}
-		return trust[j] > 0
-	})
-	if n > 0 {
-		e.count(func(s *Stats) { s.RxACKsFiltered += uint64(n) })
-	}
-	for i, f := range b {
-		if drop[i] {
-			f.Release()
+		if !e.opts.AckFilter {
+			e.deliver(d, f)
 			continue
 		}
-		e.deliver(d, f)
+		b = append(b, f)
 	}
-	clear(b) // drop references to released frames
+	if len(b) > 0 {
+		slots := e.rx.slots[:len(b)]
+		if n := filterACKs(b, slots, e.ackTrusted); n > 0 {
+			e.count(func(s *Stats) { s.RxACKsFiltered += uint64(n) })
+		}
+		for i, f := range b {
+			if slots[i].drop {
+				f.Release()
+				continue
+			}
+			e.deliver(d, f)
+		}
+		clear(b) // drop references to released frames
+	}
 	e.gro.Flush()
 	return more
 }
 
 // ackTrusted reports whether a pure ACK's checksums are good: checked by
-// the hardware, or here.
+// the hardware, or here (softVerify; a frame classifyACK accepted always
+// parses, so only a bad checksum makes it untrusted).
 func (e *Endpoint) ackTrusted(f Frame) bool {
-	b := f.Bytes()
 	ipOK, l4OK := f.Verified()
-	h, err := pkt.Parse(b)
-	if err != nil {
-		return false
-	}
-	if !h.IPv6 && !ipOK && !pkt.IPv4HeaderOK(b, h) {
-		return false
-	}
-	if l4OK {
-		return true
-	}
-	ok, checked := pkt.TransportOK(b, h)
-	return ok && checked
+	_, v := e.softVerify(f.Bytes(), ipOK, l4OK)
+	return v != verdictBad
 }
 
 // deliver copies a frame once into a gVisor buffer and hands it up.
