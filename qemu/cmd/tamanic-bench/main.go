@@ -114,15 +114,11 @@ func main() {
 			m.Stop()
 			fail(err)
 		}
-		type cfg struct {
-			dir, mode string
-			cb        int
-		}
-		var cfgs []cfg
+		var cfgs []key
 		for _, mode := range []string{"bounce", "sg", "tso"} {
-			cfgs = append(cfgs, cfg{"tx", mode, 512})
+			cfgs = append(cfgs, key{"tx", mode, 512})
 			for _, cb := range []int{512, -1} {
-				cfgs = append(cfgs, cfg{"rx", mode, cb})
+				cfgs = append(cfgs, key{"rx", mode, cb})
 			}
 		}
 		for _, c := range cfgs {
@@ -231,6 +227,8 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
+// key is one configuration: direction (tx: guest to host), TX mode and
+// RX copybreak.
 type key struct {
 	dir, mode string
 	cb        int

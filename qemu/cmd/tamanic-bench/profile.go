@@ -34,10 +34,7 @@ func profile(ctx context.Context, elf string, size int64, every time.Duration) (
 	}
 	fmt.Printf("# profile boot: %s\n# %s\n", m.Ready, m.CommandLine())
 	var out []ProfileRun
-	for _, c := range []struct {
-		dir, mode string
-		cb        int
-	}{{"tx", "bounce", 512}, {"tx", "sg", 512}, {"tx", "tso", 512}, {"rx", "tso", 512}, {"rx", "tso", -1}} {
+	for _, c := range []key{{"tx", "bounce", 512}, {"tx", "sg", 512}, {"tx", "tso", 512}, {"rx", "tso", 512}, {"rx", "tso", -1}} {
 		if err := m.SetMode(c.mode, c.cb); err != nil {
 			return nil, err
 		}
