@@ -7,6 +7,7 @@ FUZZTIME  ?= 30s
 .PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
 
 BOARD     ?= mx6ullevk
+,         := ,
 TAMAGO    = $$($(GO) tool -n tamago)
 TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
 TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
@@ -46,11 +47,14 @@ cross:
 firmware:
 	@mkdir -p build
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
-	$(GO) run ./qemu/cmd/tamanic-image -dcd $(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf
+	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
+	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
+	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
+	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi
 
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:
-	$(GO) run ./qemu/cmd/tamanic-qemu
+	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-device e1000e$(,)bus=dw-pcie)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
@@ -67,7 +71,7 @@ BENCHCOUNT ?= 6
 bench: bench-host bench-qemu
 
 bench-qemu:
-	$(GO) run ./qemu/cmd/tamanic-bench -size $(BENCHSIZE) -runs 3 -o build/bench $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
+	$(GO) run ./qemu/cmd/tamanic-bench -board $(BOARD) -size $(BENCHSIZE) -runs 3 -o build/bench$(if $(filter-out mx6ullevk,$(BOARD)),-$(BOARD)) $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
 
 bench-host:
 	@mkdir -p build/bench
