@@ -50,7 +50,13 @@ func (rc *RC) mapBus(a, n uint64) (*Window, error) {
 			return nil, fmt.Errorf("pcie: map %#x len %#x: viewport targets %#x with %d windows live: %w",
 				a, n, rc.memTarget, rc.memUsers, ErrWindowBusy)
 		}
-		t := a &^ (atuGranule - 1)
+		// The SoC's own mapping (1:1 on the i.MX7D) when the range
+		// fits it, so every BAR that fits the window stays reachable
+		// at once; otherwise a window starting at the range.
+		t := rc.soc.BusMemBase
+		if a < t || a+n > t+rc.soc.MemSize {
+			t = a &^ (atuGranule - 1)
+		}
 		if a+n > t+rc.soc.MemSize {
 			return nil, fmt.Errorf("pcie: map %#x len %#x: does not fit one window: %w", a, n, ErrNoSpace)
 		}
