@@ -117,3 +117,44 @@ func (d *Device) INTxPending() (bool, error) {
 	}
 	return v>>16&statusINTx != 0, nil
 }
+
+// EnableMSIX points MSI-X table entry of the function at the root
+// complex's receiver with vector as data, unmasks that entry and enables
+// MSI-X (function mask off), disabling INTx. The table is written through
+// the memory window (Map), so its BAR must be assigned. Entries not
+// programmed stay masked (their reset state).
+func (d *Device) EnableMSIX(entry, vector int) error {
+	x := d.MSIX
+	if x == nil {
+		return fmt.Errorf("pcie: %v MSI-X: %w", d.BDF, ErrNoCap)
+	}
+	if entry < 0 || entry >= x.TableSize || vector < 0 || vector > 31 || d.rc.msiAddr == 0 {
+		return fmt.Errorf("pcie: %v MSI-X entry %d vector %d (table of %d, receiver at %#x): %w",
+			d.BDF, entry, vector, x.TableSize, d.rc.msiAddr, ErrConfig)
+	}
+	if x.TableBAR > 5 {
+		return fmt.Errorf("pcie: %v MSI-X table in BAR%d: %w", d.BDF, x.TableBAR, ErrRange)
+	}
+	ctl, err := d.ReadConfig32(x.Offset)
+	if err != nil {
+		return err
+	}
+	// Function mask on while the entry changes.
+	ctl = ctl&^(1<<31) | 1<<30
+	if err := d.WriteConfig32(x.Offset, ctl); err != nil {
+		return err
+	}
+	w, err := d.rc.Map(d, x.TableBAR, uint64(x.TableOffset)+16*uint64(entry), 16)
+	if err != nil {
+		return fmt.Errorf("pcie: %v MSI-X table: %w", d.BDF, err)
+	}
+	w.Write32(0, uint32(d.rc.msiAddr))
+	w.Write32(4, uint32(d.rc.msiAddr>>32))
+	w.Write32(8, uint32(vector))
+	w.Write32(12, 0) // vector control: unmasked
+	w.Release()
+	if err := d.WriteConfig32(x.Offset, ctl&^(1<<30)|1<<31); err != nil {
+		return err
+	}
+	return d.setCommand(cmdINTxDisable, cmdINTxDisable)
+}

@@ -641,6 +641,57 @@ func TestMSI(t *testing.T) {
 	}
 }
 
+func TestMSIX(t *testing.T) {
+	r := newRig(t, pcietest.Options{SoC: pcie.IMX6Q}, nil)
+	f := pcietest.NewEndpoint(0x15B3, 0x1015, 0x020000)
+	table := newRegFile()
+	for e := uint32(0); e < 4; e++ {
+		table.regs[0x2000+16*e+12] = 1 // entries masked at reset
+	}
+	f.SetBAR(0, 32<<20, pcietest.Mem64Prefetch, table)
+	f.AddPCIe(pcie.TypeEndpoint, 2, 1)
+	f.AddMSIX(4, 0, 0x2000, 0, 0x3000)
+	r.h.Attach(0, f)
+	d := start(t, r)[0]
+	if err := d.EnableMSIX(0, 1); !errors.Is(err, pcie.ErrConfig) {
+		t.Fatalf("MSI-X before the receiver: %v", err)
+	}
+	target, _ := r.mem.Alloc(64, dma.CacheLine, dma.Coherent)
+	if err := r.rc.EnableMSI(target.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.EnableMSIX(4, 1); !errors.Is(err, pcie.ErrConfig) {
+		t.Fatalf("entry beyond the table: %v", err)
+	}
+	if err := d.EnableMSIX(2, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SignalMSIX(1); !errors.Is(err, pcietest.ErrMasked) {
+		t.Fatalf("unprogrammed entry: %v", err)
+	}
+	if err := f.SignalMSIX(2); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	r.rc.ServeMSI(func(v int) { got = append(got, v) })
+	if len(got) != 1 || got[0] != 9 {
+		t.Fatalf("vectors %v", got)
+	}
+	if f.Command()&(1<<10) == 0 {
+		t.Error("INTx not disabled")
+	}
+	cfg := f.Config()
+	if ctl := uint16(cfg[d.MSIX.Offset+2]) | uint16(cfg[d.MSIX.Offset+3])<<8; ctl&0xC000 != 0x8000 {
+		t.Errorf("MSI-X control %#x: want enabled, function mask off", ctl)
+	}
+	if err := (&pcie.Device{}).EnableMSIX(0, 0); !errors.Is(err, pcie.ErrNoCap) {
+		t.Errorf("no capability: %v", err)
+	}
+}
+
 func TestMSI32BitAndMultiFunction(t *testing.T) {
 	r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
 	f := pcietest.NewEndpoint(0x1AF4, 0x1041, 0x020000)

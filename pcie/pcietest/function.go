@@ -387,6 +387,55 @@ func (f *Function) SignalMSI() error {
 	return nil
 }
 
+// ErrMasked is returned when the MSI-X message is masked (function mask,
+// or the entry's vector control), as the silicon would hold it pending.
+var ErrMasked = errors.New("pcietest: MSI-X message masked")
+
+// SignalMSIX sends the message of MSI-X table entry, reading the table
+// from the BAR handler that holds it (it must store what is written).
+func (f *Function) SignalMSIX(entry int) error {
+	if f.h == nil {
+		return ErrAttached
+	}
+	f.h.mu.Lock()
+	off := 0
+	for p := int(f.cfg[0x34]); p >= 0x40 && p < 0xFF; p = int(f.cfg[p+1]) {
+		if f.cfg[p] == 0x11 {
+			off = p
+			break
+		}
+	}
+	if off == 0 || f.get16(off+2)&(1<<15) == 0 {
+		f.h.mu.Unlock()
+		return ErrNoMSI
+	}
+	ctl, tbl := f.get16(off+2), f.get32(off+4)
+	f.h.mu.Unlock()
+	if entry < 0 || entry > int(ctl&0x7FF) {
+		return fmt.Errorf("pcietest: MSI-X entry %d of %d", entry, int(ctl&0x7FF)+1)
+	}
+	h := f.bars[tbl&7].h
+	if h == nil {
+		return fmt.Errorf("pcietest: MSI-X table BAR%d has no handler", tbl&7)
+	}
+	e := tbl&^7 + uint32(16*entry)
+	addr := uint64(h.Read32(e)) | uint64(h.Read32(e+4))<<32
+	data, vc := h.Read32(e+8), h.Read32(e+12)
+	if ctl&(1<<14) != 0 || vc&1 != 0 {
+		return ErrMasked
+	}
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], data)
+	hit := f.h.msiMatches(addr)
+	if err := f.DMAWrite(dma.Addr(addr), b[:]); err != nil {
+		return err
+	}
+	if !hit {
+		return fmt.Errorf("%w: address %#x", ErrMSITarget, addr)
+	}
+	return nil
+}
+
 // SetINTx drives the function's INTx pin.
 func (f *Function) SetINTx(level bool) {
 	f.h.mu.Lock()
