@@ -90,6 +90,16 @@ func NewBridge(vendor, device uint16) *Function {
 	return f
 }
 
+// NewRawFunction returns a function whose configuration space and write
+// masks are the given bytes (zero-extended to 4 KiB), for fuzzing: its
+// header need not make sense. It has no BAR handlers.
+func NewRawFunction(cfg, wmask []byte) *Function {
+	f := &Function{next: 0x40}
+	copy(f.cfg[:], cfg)
+	copy(f.wmask[:], wmask)
+	return f
+}
+
 // SetBAR makes BAR i decode size bytes (a power of two, at least 16)
 // through h. A 64-bit BAR also takes BAR i+1.
 func (f *Function) SetBAR(i int, size uint64, kind BARKind, h mmio.Regs) {
@@ -218,24 +228,31 @@ func (f *Function) adopt() {
 // longer decode.
 func (f *Function) Vanish() { f.gone = true }
 
+// lock takes the host's lock, if the function is attached, and returns
+// the unlock.
+func (f *Function) lock() func() {
+	if f.h == nil {
+		return func() {}
+	}
+	f.h.mu.Lock()
+	return f.h.mu.Unlock
+}
+
 // Config returns a copy of the function's configuration space.
 func (f *Function) Config() [4096]byte {
-	f.h.mu.Lock()
-	defer f.h.mu.Unlock()
+	defer f.lock()()
 	return f.cfg
 }
 
 // Command returns the command register.
 func (f *Function) Command() uint16 {
-	f.h.mu.Lock()
-	defer f.h.mu.Unlock()
+	defer f.lock()()
 	return f.get16(0x04)
 }
 
 // BARAddr returns the bus address BAR i decodes (64-bit BARs combined).
 func (f *Function) BARAddr(i int) uint64 {
-	f.h.mu.Lock()
-	defer f.h.mu.Unlock()
+	defer f.lock()()
 	return f.barAddr(i)
 }
 
