@@ -146,6 +146,13 @@ func TestLinkNeverTrains(t *testing.T) {
 			if n := r.h.TLPs(); n != 0 {
 				t.Errorf("%d TLPs left the root port with the link down", n)
 			}
+			// On the i.MX6 the PHY's RX overrides are pulsed after a
+			// failed training (Linux imx6_pcie_reset_phy).
+			w := r.h.PHYWrites()
+			pulsed := len(w) == 2 && w[0] == (pcietest.PHYWrite{Addr: 0x1005, Val: 0x28}) && w[1] == (pcietest.PHYWrite{Addr: 0x1005, Val: 0})
+			if pulsed != (soc.Glue != pcie.GlueIMX7D) {
+				t.Errorf("PHY writes after the failure: %v", w)
+			}
 		})
 	}
 }
@@ -161,6 +168,29 @@ func TestSpeedChangeNeverCompletes(t *testing.T) {
 	r7 := newRig(t, pcietest.Options{SoC: pcie.IMX7D, SpeedChangeStuck: true}, nil)
 	if err := r7.rc.Start(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPHYReferenceClock(t *testing.T) {
+	for _, c := range []struct {
+		hz        int
+		mpll, ate uint16
+	}{
+		{100_000_000, 25<<2 | 1<<9, 1 << 2},
+		{200_000_000, 25<<2 | 1<<9, 1<<2 | 1},
+		{125_000_000, 0, 0},
+	} {
+		r := newRig(t, pcietest.Options{SoC: pcie.IMX6SX}, func(cf *pcie.Config) { cf.PHYRefClock = c.hz })
+		if err := r.rc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if m, a := r.h.PHYReg(0x11), r.h.PHYReg(0x10); m != c.mpll || a != c.ate {
+			t.Errorf("%d Hz: MPLL_OVRD_IN_LO %#x ATEOVRD %#x, want %#x %#x", c.hz, m, a, c.mpll, c.ate)
+		}
+	}
+	stuck := newRig(t, pcietest.Options{SoC: pcie.IMX6Q, PHYStuck: true}, func(cf *pcie.Config) { cf.PHYRefClock = 100_000_000 })
+	if err := stuck.rc.Start(); !errors.Is(err, pcie.ErrPHY) {
+		t.Fatalf("PHY that never acknowledges: %v", err)
 	}
 }
 
@@ -228,6 +258,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"window":    func(c *pcie.Config) { c.SoC.BusMemSize = 1 },
 		"4GiB":      func(c *pcie.Config) { c.SoC.BusMemBase = 0xF800_0000 },
 		"gen":       func(c *pcie.Config) { c.MaxGen = 3 },
+		"refclk":    func(c *pcie.Config) { c.PHYRefClock = 50_000_000 },
 	}
 	for name, mod := range cases {
 		c := good

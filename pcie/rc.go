@@ -14,6 +14,7 @@ var (
 	ErrLinkDown    = errors.New("pcie: link did not come up")
 	ErrSpeedChange = errors.New("pcie: Gen2 speed change did not complete")
 	ErrPLLLock     = errors.New("pcie: PHY PLL did not lock")
+	ErrPHY         = errors.New("pcie: PHY register access failed")
 	ErrNoDevice    = errors.New("pcie: no device")
 	ErrDeviceGone  = errors.New("pcie: device no longer responds (reads all-ones)")
 	ErrBadBAR      = errors.New("pcie: malformed BAR")
@@ -73,6 +74,11 @@ type Config struct {
 	// when the board knows every function exists.
 	ProbeFunctions bool
 
+	// PHYRefClock is the i.MX6 PHY's reference clock in Hz: 125 MHz (the
+	// PHY's default, also when 0), 100 MHz or 200 MHz, for which the
+	// MPLL is reprogrammed. Ignored on the i.MX7D.
+	PHYRefClock int
+
 	// MaxGen is the fastest speed to try: 1 or 2 (default 2).
 	MaxGen int
 	// LinkTimeout bounds each wait for the link (default 900 ms).
@@ -82,20 +88,21 @@ type Config struct {
 // RC is one DesignWare root complex. It is not safe for concurrent use;
 // callers serialise (configuration is done at start-up).
 type RC struct {
-	soc     SoC
-	dbi     mmio.Regs
-	gpr     mmio.Regs
-	src     mmio.Regs
-	phy     mmio.Regs
-	cfg     mmio.Regs
-	mem     mmio.Regs
-	now     func() int64
-	delay   func(time.Duration)
-	clocks  func() error
-	perst   func(bool)
-	maxGen  int
-	timeout time.Duration
-	probeFn bool
+	soc      SoC
+	dbi      mmio.Regs
+	gpr      mmio.Regs
+	src      mmio.Regs
+	phy      mmio.Regs
+	cfg      mmio.Regs
+	mem      mmio.Regs
+	now      func() int64
+	delay    func(time.Duration)
+	clocks   func() error
+	perst    func(bool)
+	maxGen   int
+	timeout  time.Duration
+	probeFn  bool
+	refClock int
 
 	linkUp   bool
 	speed    int // current link speed (1 = 2.5 GT/s, 2 = 5 GT/s)
@@ -146,7 +153,7 @@ func New(cfg Config) (*RC, error) {
 	}
 	rc := &RC{soc: s, dbi: cfg.DBI, gpr: cfg.GPR, src: cfg.SRC, phy: cfg.PHY, cfg: cfg.Cfg, mem: cfg.Mem,
 		now: cfg.Nanotime, delay: cfg.Delay, clocks: cfg.Clocks, perst: cfg.PERST,
-		maxGen: cfg.MaxGen, timeout: cfg.LinkTimeout, probeFn: cfg.ProbeFunctions}
+		maxGen: cfg.MaxGen, timeout: cfg.LinkTimeout, probeFn: cfg.ProbeFunctions, refClock: cfg.PHYRefClock}
 	if rc.maxGen == 0 {
 		rc.maxGen = 2
 	}
@@ -155,6 +162,11 @@ func New(cfg Config) (*RC, error) {
 	}
 	if rc.timeout == 0 {
 		rc.timeout = defaultLinkTO
+	}
+	switch cfg.PHYRefClock {
+	case 0, 100_000_000, 125_000_000, 200_000_000:
+	default:
+		return nil, fmt.Errorf("%w: PHY reference clock %d Hz (100, 125 or 200 MHz)", ErrConfig, cfg.PHYRefClock)
 	}
 	return rc, nil
 }
@@ -195,8 +207,17 @@ func (rc *RC) Start() error {
 	if err := rc.deassertReset(); err != nil {
 		return err
 	}
+	if rc.soc.Glue != GlueIMX7D {
+		if err := rc.setupMPLL(); err != nil {
+			return err
+		}
+	}
 	rc.setupRootPort()
-	return rc.train()
+	err := rc.train()
+	if err != nil && rc.soc.Glue != GlueIMX7D {
+		rc.resetPHYRx()
+	}
+	return err
 }
 
 // forceDetect takes a link a boot loader left up back to Detect before

@@ -47,6 +47,13 @@ type Options struct {
 	SpeedChangeStuck bool
 	// PLLNeverLocks: the i.MX7D PHY PLL never reports lock.
 	PLLNeverLocks bool
+	// PHYStuck: the i.MX6 PHY never acknowledges a PHY_CTRL strobe.
+	PHYStuck bool
+}
+
+// PHYWrite is one write to an i.MX6 PHY register through PHY_CTRL.
+type PHYWrite struct {
+	Addr, Val uint16
 }
 
 type viewport struct {
@@ -81,6 +88,55 @@ type Host struct {
 	nowNs int64
 	viol  []string
 	tlps  int
+
+	phyCtrl          uint32
+	phyAddr, phyData uint16
+	phyOut           uint16
+	phyRegs          map[uint16]uint16
+	phyLog           []PHYWrite
+}
+
+// PHYReg returns an i.MX6 PHY register (as written through PHY_CTRL).
+func (h *Host) PHYReg(addr uint16) uint16 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.phyRegs[addr]
+}
+
+// PHYWrites returns every PHY register write so far, in order.
+func (h *Host) PHYWrites() []PHYWrite {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]PHYWrite(nil), h.phyLog...)
+}
+
+// phyCtrlWrite runs the PHY_CTRL handshake: each strobe (capture address,
+// capture data, write, read) acts on its rising edge and is acknowledged
+// in PHY_STAT while it is held.
+func (h *Host) phyCtrlWrite(v uint32) {
+	rising := v &^ h.phyCtrl & 0xF_0000
+	h.phyCtrl = v
+	if rising&(1<<16) != 0 {
+		h.phyAddr = uint16(v)
+	}
+	if rising&(1<<17) != 0 {
+		h.phyData = uint16(v)
+	}
+	if rising&(1<<18) != 0 {
+		h.phyRegs[h.phyAddr] = h.phyData
+		h.phyLog = append(h.phyLog, PHYWrite{h.phyAddr, h.phyData})
+	}
+	if rising&(1<<19) != 0 {
+		h.phyOut = h.phyRegs[h.phyAddr]
+	}
+}
+
+func (h *Host) phyStatus() uint32 {
+	v := uint32(h.phyOut)
+	if h.phyCtrl&0xF_0000 != 0 && !h.opts.PHYStuck {
+		v |= 1 << 16
+	}
+	return v
 }
 
 // New returns a model of opts.SoC's root complex with nothing attached.
@@ -91,7 +147,7 @@ func New(opts Options) *Host {
 	if opts.PartnerGen == 0 {
 		opts.PartnerGen = 2
 	}
-	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{},
+	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{}, phyRegs: map[uint16]uint16{},
 		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports)}
 	// The root port as QEMU 7.2 presents it (16c3:abcd, MSI at 0x50,
 	// PCI Express root port at 0x70), Gen2 x1 capable.
@@ -306,6 +362,8 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	}
 	vp := &h.vp[h.vpIndex%uint32(len(h.vp))]
 	switch off {
+	case 0x810:
+		return h.phyStatus()
 	case 0x728:
 		if h.linkUp {
 			return 0x11
@@ -386,6 +444,9 @@ func (h *Host) dbiWrite(off, v uint32) {
 		return
 	}
 	switch off {
+	case 0x814:
+		h.pl[off] = v
+		h.phyCtrlWrite(v)
 	case 0x80C:
 		h.pl[off] = v
 		if v&(1<<17) != 0 && h.linkUp {
