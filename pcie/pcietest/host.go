@@ -14,7 +14,7 @@
 // does not forward, DMA without bus mastering, device writes into the
 // root port's window (peer-to-peer, never reaching DDR), DBI accesses
 // beyond what the SoC maps, and MSI status writes of bits that are not
-// set (QEMU 7.2 toggles them instead of clearing).
+// set (QEMU's designware.c XORs the status with what is written).
 //
 // Time is simulated: Nanotime advances only through Delay, so link
 // timeouts are tested without waiting.
@@ -465,7 +465,7 @@ func (h *Host) dbiWrite(off, v uint32) {
 		h.msiMask = v
 	case 0x830:
 		if v&^h.msiSta != 0 {
-			h.violate("MSI status write %#x sets bits that are not pending (%#x): QEMU 7.2 toggles them on", v, h.msiSta)
+			h.violate("MSI status write %#x sets bits that are not pending (%#x): QEMU's designware.c XORs status, setting them", v, h.msiSta)
 		}
 		h.msiSta &^= v
 	case 0x900:
@@ -485,7 +485,7 @@ func (h *Host) dbiWrite(off, v uint32) {
 		vp.lta = v
 	case 0x91C:
 		if v != 0 {
-			h.violate("iATU upper target %#x: QEMU 7.2 ORs it into the lower target", v)
+			h.violate("iATU upper target %#x: QEMU's designware.c ORs it, unshifted, into the lower target", v)
 		}
 		vp.uta = v
 	default:
