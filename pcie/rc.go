@@ -147,9 +147,9 @@ func New(cfg Config) (*RC, error) {
 	case s.ConfigSize < 4096 || s.MemSize == 0 || s.BusMemSize < s.MemSize:
 		return nil, fmt.Errorf("%w: windows too small", ErrConfig)
 	case s.BusMemBase+s.BusMemSize > 1<<32 || s.MemBase+s.MemSize > 1<<32 || s.ConfigBase+s.ConfigSize > 1<<32:
-		// QEMU (hw/pci-host/designware.c) ORs the upper target, unshifted,
-		// into the lower one, and every
-		// i.MX window lies below 4 GiB: keep the upper halves zero.
+		// QEMU (hw/pci-host/designware.c) ORs the upper target,
+		// unshifted, into the lower one, and every i.MX window lies
+		// below 4 GiB: keep the upper halves zero.
 		return nil, fmt.Errorf("%w: windows must lie below 4 GiB", ErrConfig)
 	}
 	rc := &RC{soc: s, dbi: cfg.DBI, gpr: cfg.GPR, src: cfg.SRC, phy: cfg.PHY, cfg: cfg.Cfg, mem: cfg.Mem,
