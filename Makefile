@@ -1,12 +1,13 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...
 FUZZTIME  ?= 30s
 
 .PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
 
 BOARD     ?= mx6ullevk
+,         := ,
 TAMAGO    = $$($(GO) tool -n tamago)
 TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
 TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
@@ -26,31 +27,34 @@ unit:
 race:
 	$(GO) test -race -p 1 -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > build/cover-test.log 2>&1 \
 	  || { grep -v '^ok\|no test files' build/cover-test.log | tail -80; exit 1; }
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM;
 ## the packages without privileged instructions (checksum assembly included) also run under qemu-arm
 cross:
-	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/...
+	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/...
 	@if command -v qemu-arm >/dev/null 2>&1; then \
-	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/..."; \
-	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/...; \
+	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/..."; \
+	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
 	else echo "cross: SKIP ARM test run: qemu-arm (Debian package qemu-user) not installed"; fi
 
 ## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage)
 firmware:
 	@mkdir -p build
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
-	$(GO) run ./qemu/cmd/tamanic-image -dcd $(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf
+	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
+	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
+	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
+	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi
 
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:
-	$(GO) run ./qemu/cmd/tamanic-qemu
+	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-device e1000e$(,)bus=dw-pcie)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
@@ -67,7 +71,7 @@ BENCHCOUNT ?= 6
 bench: bench-host bench-qemu
 
 bench-qemu:
-	$(GO) run ./qemu/cmd/tamanic-bench -size $(BENCHSIZE) -runs 3 -o build/bench $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
+	$(GO) run ./qemu/cmd/tamanic-bench -board $(BOARD) -size $(BENCHSIZE) -runs 3 -o build/bench$(if $(filter-out mx6ullevk,$(BOARD)),-$(BOARD)) $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
 
 bench-host:
 	@mkdir -p build/bench

@@ -1,7 +1,7 @@
 // Package qemu builds the tamanic firmware with the TamaGo toolchain and
-// boots it under qemu-system-arm (machine mcimx6ul-evk), with user
-// networking forwarded to free ports on 127.0.0.1 only, and talks to its
-// services.
+// boots it under qemu-system-arm (mcimx6ul-evk for the mx6ullevk board,
+// mcimx7d-sabre for the mcimx7d board), with user networking forwarded to
+// free ports on 127.0.0.1 only, and talks to its services.
 package qemu
 
 import (
@@ -46,7 +46,14 @@ func Missing() string {
 	return ""
 }
 
-// Build compiles the firmware for board (mx6ullevk) into dir and returns
+// Boards maps each firmware board to the QEMU machine it boots on: the
+// -machine and -m arguments.
+var Boards = map[string][]string{
+	"mx6ullevk": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M"},
+	"mcimx7d":   {"-machine", "mcimx7d-sabre", "-cpu", "cortex-a7", "-m", "1G"},
+}
+
+// Build compiles the firmware for board (see Boards) into dir and returns
 // the ELF's path. root is the module root.
 func Build(ctx context.Context, root, dir, board string) (string, error) {
 	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
@@ -67,6 +74,12 @@ func Build(ctx context.Context, root, dir, board string) (string, error) {
 // Options configure a boot.
 type Options struct {
 	ELF string
+	// Board selects the QEMU machine (a key of Boards; default
+	// mx6ullevk).
+	Board string
+	// Devices are extra -device arguments, for example
+	// "e1000e,bus=dw-pcie" behind the i.MX7D's PCIe root port.
+	Devices []string
 	// Icount runs QEMU with -icount shift=0,sleep=off: one guest
 	// instruction per guest nanosecond, so guest busy time counts
 	// instructions.
@@ -122,10 +135,21 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	m := &Machine{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], done: make(chan struct{})}
 	fwd := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d",
 		m.SinkPort, app.SinkPort, m.SourcePort, app.SourcePort, m.HTTPPort, app.HTTPPort, m.EchoPort, app.EchoPort)
-	m.Args = []string{"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M",
+	board := o.Board
+	if board == "" {
+		board = "mx6ullevk"
+	}
+	machine, ok := Boards[board]
+	if !ok {
+		return nil, fmt.Errorf("qemu: unknown board %q", board)
+	}
+	m.Args = append(append([]string{}, machine...),
 		"-nographic", "-monitor", "none", "-serial", "stdio",
-		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2," + fwd,
-		"-kernel", o.ELF, "-semihosting"}
+		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,"+fwd,
+		"-kernel", o.ELF, "-semihosting")
+	for _, d := range o.Devices {
+		m.Args = append(m.Args, "-device", d)
+	}
 	if o.Icount {
 		m.Args = append(m.Args, "-icount", "shift=0,sleep=off")
 	}

@@ -21,16 +21,14 @@ package mx6ullevk
 
 import (
 	"fmt"
-	"math"
-	"runtime/goos"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
 	tamagoevk "github.com/usbarmory/tamago/board/nxp/mx6ullevk"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
+	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/internal/mmio"
@@ -52,58 +50,17 @@ const (
 var ramSize uint32 = GoRAMSize
 
 var (
-	idleNs   atomic.Int64
-	irqs     atomic.Int64 // ENET interrupts serviced
-	irqNs    atomic.Int64 // time in the ENET handler
-	tickless atomic.Bool  // set once the interrupt goroutine serves the timer
+	irqs  atomic.Int64 // ENET interrupts serviced
+	irqNs atomic.Int64 // time in the ENET handler
+	idle  *tickless.Governor
 )
 
-// Generic timer interrupts (PPIs) of the Cortex-A7: secure and non-secure
-// PL1 physical timer (ARM Cortex-A7 MPCore TRM, 8.2 "Generic Timer
-// interrupts"). TamaGo runs in the secure world; both are enabled so the
-// alarm wakes the core whichever one the CNTP registers drive.
-const (
-	irqSecurePhysTimer    = 29
-	irqNonSecurePhysTimer = 30
-)
-
-// minSleep is the shortest wait the idle governor sleeps through in WFI;
-// shorter ones are spun.
-const minSleep = 10 * time.Microsecond
-
-// Init initialises the SoC and console and installs the idle governor.
-//
-// TamaGo's default governor (arm.CPU.DefaultIdleGovernor) enters WFI only
-// when no timer is pending; otherwise it returns at once and the scheduler
-// spins reading the counter until the timer is due. A TCP connection
-// always has a timer pending, so during a transfer the core never slept:
-// PC sampling under QEMU put about 40% of the busy time of a transfer in
-// that loop (arm.read_cntpct and the scheduler). This governor arms the
-// generic timer for the next deadline and waits in WFI, tickless: the
-// alarm or any other interrupt wakes it. It also accounts idle time (time
-// spent in the governor).
+// Init initialises the SoC and console and installs the tickless idle
+// governor shared by the boards (package board/internal/tickless), which
+// also accounts idle time.
 func Init() {
 	tamagoevk.Init()
-	cpu := imx6ul.ARM
-	goos.Idle = func(pollUntil int64) {
-		t0 := cpu.GetTime()
-		switch {
-		case pollUntil == 0 || pollUntil == math.MaxInt64:
-			// No timer pending (0), or only the interrupt goroutine's
-			// endless sleep: only an interrupt can make work.
-			cpu.WaitInterrupt()
-		case !tickless.Load() || pollUntil-t0 < int64(minSleep):
-			// Spin in the scheduler: no alarm interrupt yet, or too
-			// short a wait to sleep through.
-			return
-		default:
-			// SetAlarm takes counter time without TamaGo's offset.
-			cpu.SetAlarm(pollUntil - cpu.TimerOffset)
-			cpu.WaitInterrupt()
-			cpu.SetAlarm(0)
-		}
-		idleNs.Add(cpu.GetTime() - t0)
-	}
+	idle = tickless.Install(imx6ul.ARM)
 }
 
 // Interrupts returns how many ENET interrupts were serviced and the time
@@ -114,7 +71,7 @@ func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 func Nanotime() int64 { return imx6ul.ARM.GetTime() }
 
 // IdleNanoseconds returns the time spent idle since Init.
-func IdleNanoseconds() int64 { return idleNs.Load() }
+func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }
 
 // Native reports whether this is silicon rather than an emulator.
 func Native() bool { return imx6ul.Native }
@@ -177,8 +134,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 	// handler goroutine exists, and IRQs then stay masked for good.
 	imx6ul.GIC.Init(true, false)
 	imx6ul.GIC.EnableInterrupt(imx6ul.ENET1_IRQ, true)
-	imx6ul.GIC.EnableInterrupt(irqSecurePhysTimer, true)
-	imx6ul.GIC.EnableInterrupt(irqNonSecurePhysTimer, true)
+	tickless.EnableTimerInterrupts(imx6ul.GIC)
 	go arm.ServiceInterrupts(func() {
 		for {
 			id := imx6ul.GIC.GetInterrupt(true)
@@ -190,13 +146,12 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 				_, _ = n.Interrupt()
 				irqNs.Add(imx6ul.ARM.GetTime() - t0)
 				irqs.Add(1)
-			case id == irqSecurePhysTimer || id == irqNonSecurePhysTimer:
-				// The idle governor's alarm: it woke the core, which is
-				// all it is for. Disarm it (the line is level).
-				imx6ul.ARM.SetAlarm(0)
+			case idle.Alarm(id):
+				// The idle governor's alarm: waking the core was all
+				// it was for.
 			}
 		}
 	})
-	tickless.Store(true)
+	idle.Serve()
 	return n, nil
 }

@@ -68,6 +68,9 @@ func num(m map[string]any, path ...string) float64 {
 	return f
 }
 
+// board is the firmware board benchmarked (-board).
+var board string
+
 func main() {
 	size := flag.Int64("size", 32<<20, "bytes per transfer")
 	runs := flag.Int("runs", 3, "runs per configuration")
@@ -75,6 +78,7 @@ func main() {
 	profSize := flag.Int64("profile-size", 4<<20, "bytes per profiled transfer (0: no profile)")
 	profOnly := flag.Bool("profile-only", false, "only profile")
 	host := flag.String("host", "", "benchstat summary of the host benchmarks, included in the report")
+	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d)")
 	flag.Parse()
 	if why := qemu.Missing(); why != "" {
 		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
@@ -84,7 +88,7 @@ func main() {
 	defer cancel()
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
-	elf, err := qemu.Build(ctx, root, *out, "mx6ullevk")
+	elf, err := qemu.Build(ctx, root, *out, board)
 	if err != nil {
 		fail(err)
 	}
@@ -103,7 +107,7 @@ func main() {
 	}
 	var all []Run
 	for _, boot := range []string{"plain", "icount"} {
-		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Icount: boot == "icount"})
+		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount"})
 		if err != nil {
 			fail(err)
 		}

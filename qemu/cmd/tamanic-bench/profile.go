@@ -24,7 +24,7 @@ type ProfileRun struct {
 // profile boots the firmware with -icount and QEMU's gdbstub and samples
 // the guest's program counter over one transfer per configuration.
 func profile(ctx context.Context, elf string, size int64, every time.Duration) ([]ProfileRun, error) {
-	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Icount: true, GDB: true})
+	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: true, GDB: true})
 	if err != nil {
 		return nil, err
 	}

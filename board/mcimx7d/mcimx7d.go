@@ -1,0 +1,250 @@
+//go:build tamago && arm
+
+// Package mcimx7d brings up the tamanic drivers on the NXP i.MX 7Dual
+// SABRE (MCIMX7SABRE) and QEMU's mcimx7d-sabre machine. TamaGo has no
+// i.MX7D support, so this package provides it (runtime.go): the runtime
+// hooks, the generic timer, the UART1 console, the GIC; plus ENET1 through
+// package fec, the PCIe root complex through package pcie, and the
+// tickless idle governor shared with the mx6ullevk board.
+//
+// Memory: DDR starts at 0x8000_0000. As on the mx6ullevk, the Go runtime
+// gets the first 480 MiB and the 32 MiB above it are the DMA region, which
+// TamaGo's MMU setup maps uncached (everything outside the runtime's RAM
+// is a device region). The SABRE has 1 GiB; the rest is unused.
+//
+// What is only known to work under QEMU 7.2: ENET1 is taken as QEMU
+// presents it (no CCM clock roots, GPR1 clock direction, pad muxing or
+// RGMII PHY set-up: on silicon a boot loader must have done those), and
+// the PCIe PHY, SRC and GPR are unimplemented or stubbed in QEMU, so the
+// glue's reset and PLL sequence has run only against the host model.
+package mcimx7d
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/usbarmory/tamago/arm"
+	"github.com/usbarmory/tamago/arm/gic"
+
+	"github.com/tamanic/tamanic/board/internal/tickless"
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/internal/mmio"
+	"github.com/tamanic/tamanic/pcie"
+)
+
+// Memory layout and peripherals (i.MX 7Dual RM memory map; QEMU
+// include/hw/arm/fsl-imx7.h).
+const (
+	RAMStart  = 0x80000000
+	GoRAMSize = 480 << 20
+	DMAStart  = RAMStart + GoRAMSize
+	DMASize   = 32 << 20
+	// CoherentSize of the DMA region holds descriptor rings; the rest
+	// holds driver buffers.
+	CoherentSize = 1 << 20
+
+	UART1Base      = 0x30860000
+	CCMBase        = 0x30380000
+	SysCntCtrlBase = 0x306C0000
+	ENET1Base      = 0x30BE0000
+	GICBase        = 0x31000000 // Cortex-A7 MPCore private region
+	GPRBase        = 0x30340000 // IOMUXC GPR
+	SRCBase        = 0x30390000
+	PCIePHYBase    = 0x306D0000
+
+	// ENET1IRQ is the ENET1 MAC interrupt, SPI 118.
+	ENET1IRQ = 32 + 118
+)
+
+// GIC is the interrupt controller.
+var GIC = &gic.GIC{Base: GICBase}
+
+var (
+	irqs  atomic.Int64 // ENET interrupts serviced
+	irqNs atomic.Int64 // time in the ENET handler
+	idle  *tickless.Governor
+)
+
+// Init installs the shared tickless idle governor. The SoC, console and
+// timer are already up (hwinit1).
+func Init() {
+	idle = tickless.Install(ARM)
+}
+
+// Nanotime is the clock the board's counters use.
+func Nanotime() int64 { return ARM.GetTime() }
+
+// IdleNanoseconds returns the time spent idle since Init.
+func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }
+
+// Interrupts returns how many ENET interrupts were serviced and the time
+// spent in the driver's handler.
+func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
+
+func region(start, size uintptr) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
+}
+
+var memory *dma.System
+
+// Memory returns the DMA memory of the board (one instance: ENET1 and
+// PCIe share it). The region is mapped uncached by TamaGo, so its Cached
+// part is declared Uncached; Go heap memory TX maps in place is cleaned by
+// address range (Cortex-A7, no PL310).
+func Memory() *dma.System {
+	if memory == nil {
+		memory = dma.NewSystem(dma.SystemConfig{
+			Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
+			Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+				Uncached: true},
+			RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
+			Cache: dma.ARMv7Cache{},
+		})
+	}
+	return memory
+}
+
+// ENET1 returns a fec.NIC on ENET1, initialised and interrupt-driven.
+// cfg's Regs, Mem, Caps and MAC (when zero: a random locally administered
+// one) are filled in.
+func ENET1(cfg fec.Config) (*fec.NIC, error) {
+	if cfg.MAC == ([6]byte{}) {
+		getRandomData(cfg.MAC[:])
+		cfg.MAC[0] = cfg.MAC[0]&^1 | 2 // unicast, locally administered
+	}
+	caps, err := fec.CapsFor(fec.IMX7D)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Regs = mmio.Block{Base: ENET1Base}
+	cfg.Mem = Memory()
+	cfg.Caps = caps
+	cfg.Interface = fec.RGMII // the SABRE's BCM54220
+	cfg.Interrupts = true
+	n, err := fec.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mcimx7d: ENET1: %w", err)
+	}
+	if err := n.Init(); err != nil {
+		return nil, fmt.Errorf("mcimx7d: ENET1 init: %w", err)
+	}
+	// IRQs are unmasked by ServiceInterrupts once its goroutine sleeps
+	// (unmasking earlier loses an interrupt that arrives first).
+	GIC.Init(true, false)
+	GIC.EnableInterrupt(ENET1IRQ, true)
+	tickless.EnableTimerInterrupts(GIC)
+	go arm.ServiceInterrupts(func() {
+		for {
+			id := GIC.GetInterrupt(true)
+			switch {
+			case id >= 1020:
+				return
+			case id == ENET1IRQ:
+				t0 := ARM.GetTime()
+				_, _ = n.Interrupt()
+				irqNs.Add(ARM.GetTime() - t0)
+				irqs.Add(1)
+			case idle.Alarm(id):
+			}
+		}
+	})
+	idle.Serve()
+	return n, nil
+}
+
+// delay waits d on the generic timer. The PCIe bring-up runs before the
+// network and its waits are short.
+func delay(d time.Duration) {
+	end := ARM.GetTime() + int64(d)
+	for ARM.GetTime() < end {
+	}
+}
+
+// PCIeDevice is what /stats lists for one PCIe function.
+type PCIeDevice struct {
+	BDF    string    `json:"bdf"`
+	Vendor uint16    `json:"vendor"`
+	Device uint16    `json:"device"`
+	Class  uint32    `json:"class"`
+	BARs   []PCIeBAR `json:"bars"`
+	Gen    int       `json:"link_gen"`
+	Width  int       `json:"link_width"`
+	IRQ    int       `json:"irq"`
+	// BAR0 holds dwords 0 and 2 of BAR0 read through the memory window
+	// (an Intel 8257x's CTRL and STATUS), when BAR0 is a memory BAR.
+	BAR0     []uint32 `json:"bar0,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// PCIeBAR is one assigned or refused BAR.
+type PCIeBAR struct {
+	Index    int    `json:"index"`
+	Addr     uint64 `json:"addr"`
+	Size     uint64 `json:"size"`
+	Assigned bool   `json:"assigned"`
+	IO       bool   `json:"io"`
+}
+
+// PCIeReport is the root complex's state for /stats.
+type PCIeReport struct {
+	LinkUp  bool         `json:"link_up"`
+	Gen     int          `json:"link_gen"`
+	Width   int          `json:"link_width"`
+	Error   string       `json:"error,omitempty"`
+	Devices []PCIeDevice `json:"devices"`
+}
+
+// PCIe starts the root complex, enumerates the bus and returns the report
+// (it never fails the boot: a link that does not train or a bad device is
+// reported, not fatal).
+func PCIe() (*pcie.RC, PCIeReport) {
+	s := pcie.IMX7D
+	rep := PCIeReport{Devices: []PCIeDevice{}}
+	rc, err := pcie.New(pcie.Config{SoC: s,
+		DBI: mmio.Block{Base: uintptr(s.DBIBase)}, GPR: mmio.Block{Base: GPRBase},
+		SRC: mmio.Block{Base: SRCBase}, PHY: mmio.Block{Base: PCIePHYBase},
+		Cfg: mmio.Block{Base: uintptr(s.ConfigBase)}, Mem: mmio.Block{Base: uintptr(s.MemBase)},
+		Nanotime: Nanotime, Delay: delay})
+	if err != nil {
+		rep.Error = err.Error()
+		return nil, rep
+	}
+	if err := rc.Start(); err != nil {
+		rep.Error = err.Error()
+		return rc, rep
+	}
+	rep.LinkUp = true
+	rep.Gen, rep.Width = rc.Link()
+	devs, err := rc.Enumerate()
+	if err != nil {
+		rep.Error = err.Error()
+		return rc, rep
+	}
+	for _, d := range devs {
+		pd := PCIeDevice{BDF: d.BDF.String(), Vendor: d.Vendor, Device: d.DeviceID, Class: d.Class, IRQ: d.IRQ}
+		if d.PCIe != nil {
+			pd.Gen, pd.Width = d.PCIe.Speed, d.PCIe.Width
+		}
+		for _, b := range d.BARs {
+			if b.Size != 0 {
+				pd.BARs = append(pd.BARs, PCIeBAR{Index: b.Index, Addr: b.Addr, Size: b.Size, Assigned: b.Assigned, IO: b.IO})
+			}
+		}
+		if b := d.BARs[0]; b.Assigned && !b.IO && b.Size >= 16 {
+			if w, err := rc.Map(d, 0, 0, 16); err == nil {
+				pd.BAR0 = []uint32{w.Read32(0), w.Read32(8)}
+				w.Release()
+			} else {
+				pd.Problems = append(pd.Problems, err.Error())
+			}
+		}
+		for _, p := range d.Problems {
+			pd.Problems = append(pd.Problems, p.Error())
+		}
+		rep.Devices = append(rep.Devices, pd)
+	}
+	return rc, rep
+}

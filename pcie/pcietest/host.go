@@ -1,0 +1,685 @@
+// Package pcietest is a host model of the DesignWare PCIe root complex as
+// the i.MX6/7 integrate it: the DBI (root port header, port logic, MSI
+// receiver, outbound iATU viewports), the SoC glue (IOMUXC GPR, i.MX7D
+// SRC and PHY) with a link that trains only when the glue is right, and
+// configuration and memory routing through bridges to pluggable functions
+// whose BARs are Go handlers and whose DMA goes through the dma/dmatest
+// model.
+//
+// It enforces what the silicon enforces and reports, as violations, what
+// the silicon would turn into an abort or silent loss: an access outside
+// every enabled viewport, a configuration read of a missing function on
+// an SoC where that aborts (i.MX6), a Type 0/1 mismatch, TLPs with the
+// link down, memory requests the root port's window or command register
+// does not forward, DMA without bus mastering, device writes into the
+// root port's window (peer-to-peer, never reaching DDR), DBI accesses
+// beyond what the SoC maps, and MSI status writes of bits that are not
+// set (QEMU's designware.c XORs the status with what is written).
+//
+// Time is simulated: Nanotime advances only through Delay, so link
+// timeouts are tested without waiting.
+package pcietest
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/internal/mmio"
+	"github.com/tamanic/tamanic/pcie"
+)
+
+// Options configures a Host.
+type Options struct {
+	SoC pcie.SoC
+	// Mem is where device DMA lands (nil: DMA fails).
+	Mem *dmatest.Memory
+	// NeverTrains keeps the link down whatever the driver does.
+	NeverTrains bool
+	// TrainPolls is how many PL_DEBUG1 reads training takes (default 3).
+	TrainPolls int
+	// PartnerGen is the fastest speed the device on the link supports
+	// (default 2).
+	PartnerGen int
+	// SpeedChangeStuck: PL_G2CR's speed change bit never clears.
+	SpeedChangeStuck bool
+	// PLLNeverLocks: the i.MX7D PHY PLL never reports lock.
+	PLLNeverLocks bool
+	// PHYStuck: the i.MX6 PHY never acknowledges a PHY_CTRL strobe.
+	PHYStuck bool
+}
+
+// PHYWrite is one write to an i.MX6 PHY register through PHY_CTRL.
+type PHYWrite struct {
+	Addr, Val uint16
+}
+
+type viewport struct {
+	cr1, cr2, lba, uba, la, lta, uta uint32
+}
+
+// Host is the model. It is safe for concurrent use.
+type Host struct {
+	mu   sync.Mutex
+	opts Options
+	soc  pcie.SoC
+
+	root *Function // the root port's header (DBI 0x000-0xFFF)
+	pl   map[uint32]uint32
+	gpr  [32]uint32
+	src  [32]uint32
+	phy  map[uint32]uint32
+
+	vpIndex uint32
+	vp      []viewport
+	active  []viewport // latched when PL_IATURC2 is written
+
+	msiAddr                    uint64
+	msiEnable, msiMask, msiSta uint32
+
+	linkUp    bool
+	polls     int
+	gen       int
+	firstGen  int
+	g2Pending bool
+
+	nowNs int64
+	viol  []string
+	tlps  int
+
+	phyCtrl          uint32
+	phyAddr, phyData uint16
+	phyOut           uint16
+	phyRegs          map[uint16]uint16
+	phyLog           []PHYWrite
+}
+
+// PHYReg returns an i.MX6 PHY register (as written through PHY_CTRL).
+func (h *Host) PHYReg(addr uint16) uint16 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.phyRegs[addr]
+}
+
+// PHYWrites returns every PHY register write so far, in order.
+func (h *Host) PHYWrites() []PHYWrite {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]PHYWrite(nil), h.phyLog...)
+}
+
+// phyCtrlWrite runs the PHY_CTRL handshake: each strobe (capture address,
+// capture data, write, read) acts on its rising edge and is acknowledged
+// in PHY_STAT while it is held.
+func (h *Host) phyCtrlWrite(v uint32) {
+	rising := v &^ h.phyCtrl & 0xF_0000
+	h.phyCtrl = v
+	if rising&(1<<16) != 0 {
+		h.phyAddr = uint16(v)
+	}
+	if rising&(1<<17) != 0 {
+		h.phyData = uint16(v)
+	}
+	if rising&(1<<18) != 0 {
+		h.phyRegs[h.phyAddr] = h.phyData
+		h.phyLog = append(h.phyLog, PHYWrite{h.phyAddr, h.phyData})
+	}
+	if rising&(1<<19) != 0 {
+		h.phyOut = h.phyRegs[h.phyAddr]
+	}
+}
+
+func (h *Host) phyStatus() uint32 {
+	v := uint32(h.phyOut)
+	if h.phyCtrl&0xF_0000 != 0 && !h.opts.PHYStuck {
+		v |= 1 << 16
+	}
+	return v
+}
+
+// New returns a model of opts.SoC's root complex with nothing attached.
+func New(opts Options) *Host {
+	if opts.TrainPolls == 0 {
+		opts.TrainPolls = 3
+	}
+	if opts.PartnerGen == 0 {
+		opts.PartnerGen = 2
+	}
+	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{}, phyRegs: map[uint16]uint16{},
+		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports)}
+	// The root port as QEMU 7.2 presents it (16c3:abcd, MSI at 0x50,
+	// PCI Express root port at 0x70), Gen2 x1 capable.
+	r := NewBridge(0x16C3, 0xABCD)
+	r.h = h
+	r.AddCapability(0x01, make([]byte, 6)) // power management at 0x40
+	r.next = 0x50
+	r.AddMSI(true)
+	r.next = 0x70
+	exp := r.AddPCIe(4, 2, 1)
+	r.put16(exp+0x12, 0) // no link yet
+	r.writable(0x10, 8, 0xFFFF_FFFF)
+	r.romask[0x09], r.romask[0x0A], r.romask[0x0B] = 0xFF, 0xFF, 0xFF // class code
+	r.romask[exp+0x0C] = 0xFF                                         // link capabilities
+	r.romask[exp+0x0D] = 0xFF
+	h.root = r
+	return h
+}
+
+// Attach puts f at device 0, function fn, of the bus below the root port
+// (a link holds device 0 only).
+func (h *Host) Attach(fn int, f *Function) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.root.Attach(0, fn, f)
+}
+
+// Root returns the root port's function (its header as the DBI shows it).
+func (h *Host) Root() *Function { return h.root }
+
+// Take returns and forgets the violations recorded so far.
+func (h *Host) Take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := h.viol
+	h.viol = nil
+	return v
+}
+
+func (h *Host) violate(format string, a ...any) {
+	_, file, line, _ := runtime.Caller(3)
+	h.viol = append(h.viol, fmt.Sprintf(format, a...)+fmt.Sprintf(" (at %s:%d)", file, line))
+}
+
+// Nanotime is the simulated clock; pass it with Delay to pcie.Config.
+func (h *Host) Nanotime() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nowNs
+}
+
+// Delay advances the simulated clock.
+func (h *Host) Delay(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.nowNs += int64(d)
+}
+
+// LinkUp reports the model's link state; Gen the current speed and
+// FirstGen the speed the link first trained at.
+func (h *Host) LinkUp() bool  { h.mu.Lock(); defer h.mu.Unlock(); return h.linkUp }
+func (h *Host) Gen() int      { h.mu.Lock(); defer h.mu.Unlock(); return h.gen }
+func (h *Host) FirstGen() int { h.mu.Lock(); defer h.mu.Unlock(); return h.firstGen }
+
+// TLPs counts configuration and memory requests that left the root port.
+func (h *Host) TLPs() int { h.mu.Lock(); defer h.mu.Unlock(); return h.tlps }
+
+// MSILine reports the SoC's MSI interrupt: an enabled, unmasked vector is
+// pending.
+func (h *Host) MSILine() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.msiSta&^h.msiMask != 0
+}
+
+// INTx reports whether INTA..INTD (pin 1-4) is asserted at the root port.
+func (h *Host) INTx(pin int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	on := false
+	h.each(h.root, func(f *Function) {
+		if p, a := f.intxAsserted(); a && p == pin {
+			on = true
+		}
+	})
+	return on
+}
+
+func (h *Host) each(f *Function, fn func(*Function)) {
+	for d := range f.children {
+		for _, c := range f.children[d] {
+			if c != nil {
+				fn(c)
+				h.each(c, fn)
+			}
+		}
+	}
+}
+
+// --- SoC glue ---------------------------------------------------------
+
+type regs struct {
+	h     *Host
+	read  func(off uint32) uint32
+	write func(off, v uint32)
+}
+
+func (r regs) Read32(off uint32) uint32 {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	return r.read(off)
+}
+
+func (r regs) Write32(off, v uint32) {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	r.write(off, v)
+}
+
+// GPR returns the IOMUXC GPR block.
+func (h *Host) GPR() mmio.Regs {
+	return regs{h, func(off uint32) uint32 {
+		if off/4 >= uint32(len(h.gpr)) {
+			h.violate("GPR read %#x beyond the block", off)
+			return 0
+		}
+		v := h.gpr[off/4]
+		if off == 0x58 && h.soc.Glue == pcie.GlueIMX7D && h.pllLocked() {
+			v |= 1 << 31
+		}
+		return v
+	}, func(off, v uint32) {
+		if off/4 >= uint32(len(h.gpr)) {
+			h.violate("GPR write %#x beyond the block", off)
+			return
+		}
+		h.gpr[off/4] = v
+		h.glueChanged()
+	}}
+}
+
+// SRC returns the i.MX7D System Reset Controller.
+func (h *Host) SRC() mmio.Regs {
+	return regs{h, func(off uint32) uint32 { return h.src[(off/4)%32] },
+		func(off, v uint32) { h.src[(off/4)%32] = v; h.glueChanged() }}
+}
+
+// PHY returns the i.MX7D PCIe PHY block.
+func (h *Host) PHY() mmio.Regs {
+	return regs{h, func(off uint32) uint32 { return h.phy[off] },
+		func(off, v uint32) { h.phy[off] = v }}
+}
+
+func (h *Host) pllLocked() bool {
+	// The PHY is out of reset and ERR010728's settings are in.
+	return !h.opts.PLLNeverLocks && h.src[0x2C/4]&(3<<1) == 0 &&
+		h.phy[0x14] == 0x29 && h.phy[0x90] == 0x48 && h.phy[0x98] == 0xBC
+}
+
+// glueReady says whether the glue lets the link train, and ltssm whether
+// training is enabled.
+func (h *Host) glueReady() (ready, ltssm bool) {
+	g1, g5, g12 := h.gpr[1], h.gpr[5], h.gpr[12]
+	rc := g12&(0xF<<12) == 4<<12
+	switch h.soc.Glue {
+	case pcie.GlueIMX6Q:
+		return rc && g1&(1<<16) != 0 && g1&(1<<18) == 0, g12&(1<<10) != 0
+	case pcie.GlueIMX6SX:
+		return rc && g12&(1<<30) == 0 && g5&(1<<19) == 0, g12&(1<<10) != 0
+	case pcie.GlueIMX7D:
+		return rc && g12&(1<<5) == 0 && h.pllLocked(), h.src[0x2C/4]&(1<<6) != 0
+	}
+	return false, false
+}
+
+func (h *Host) glueChanged() {
+	if ready, on := h.glueReady(); !ready || !on {
+		h.linkUp, h.polls, h.gen = false, 0, 0
+		h.root.put16(0x70+0x12, 0)
+	}
+}
+
+func (h *Host) rootLnkCapGen() int { return int(h.root.get32(0x70+0x0C) & 0xF) }
+
+func (h *Host) setGen(g int) {
+	h.gen = g
+	h.root.put16(0x70+0x12, uint16(g|1<<4))
+}
+
+// --- DBI ----------------------------------------------------------------
+
+// DBI returns the core's register block.
+func (h *Host) DBI() mmio.Regs { return regs{h, h.dbiRead, h.dbiWrite} }
+
+func (h *Host) dbiCheck(off uint32, what string) bool {
+	switch {
+	case off&3 != 0:
+		h.violate("DBI %s at unaligned %#x", what, off)
+	case off >= h.soc.DBISize:
+		h.violate("DBI %s at %#x beyond the %#x bytes mapped (data abort)", what, off, h.soc.DBISize)
+	case off >= h.soc.RCConfigSize && off < 0x700:
+		h.violate("DBI %s at %#x beyond the root port's %#x-byte configuration space (imprecise abort)", what, off, h.soc.RCConfigSize)
+	default:
+		return true
+	}
+	return false
+}
+
+func (h *Host) dbiRead(off uint32) uint32 {
+	if !h.dbiCheck(off, "read") {
+		return 0xFFFF_FFFF
+	}
+	vp := &h.vp[h.vpIndex%uint32(len(h.vp))]
+	switch off {
+	case 0x810:
+		return h.phyStatus()
+	case 0x728:
+		if h.linkUp {
+			return 0x11
+		}
+		return 0
+	case 0x72C:
+		ready, on := h.glueReady()
+		if !h.linkUp && ready && on && !h.opts.NeverTrains {
+			h.polls++
+			if h.polls >= h.opts.TrainPolls {
+				h.linkUp = true
+				g := min(h.rootLnkCapGen(), h.opts.PartnerGen)
+				h.setGen(g)
+				if h.firstGen == 0 {
+					h.firstGen = g
+				}
+			}
+			return 1 << 29 // in training
+		}
+		if h.linkUp {
+			return 1 << 4
+		}
+		return 0
+	case 0x80C:
+		v := h.pl[off]
+		if h.g2Pending {
+			if h.soc.SpeedChangeClears && !h.opts.SpeedChangeStuck {
+				h.g2Pending = false
+				v &^= 1 << 17
+				h.pl[off] = v
+			}
+		}
+		return v
+	case 0x820:
+		return uint32(h.msiAddr)
+	case 0x824:
+		return uint32(h.msiAddr >> 32)
+	case 0x828:
+		return h.msiEnable
+	case 0x82C:
+		return h.msiMask
+	case 0x830:
+		return h.msiSta
+	case 0x900:
+		return h.vpIndex
+	case 0x904:
+		return vp.cr1
+	case 0x908:
+		return vp.cr2
+	case 0x90C:
+		return vp.lba
+	case 0x910:
+		return vp.uba
+	case 0x914:
+		return vp.la
+	case 0x918:
+		return vp.lta
+	case 0x91C:
+		return vp.uta
+	}
+	if off < 0x700 {
+		return h.root.readConfig(int(off))
+	}
+	return h.pl[off]
+}
+
+func (h *Host) dbiWrite(off, v uint32) {
+	if !h.dbiCheck(off, "write") {
+		return
+	}
+	if off >= 0x904 && off <= 0x91C && h.vpIndex&0x7FFF_FFFF >= uint32(len(h.vp)) {
+		h.violate("iATU viewport %#x does not exist (%d outbound regions)", h.vpIndex, len(h.vp))
+		return
+	}
+	vp := &h.vp[h.vpIndex%uint32(len(h.vp))]
+	if h.vpIndex&(1<<31) != 0 && off >= 0x904 && off <= 0x91C {
+		h.violate("inbound viewport programmed; the model (and the driver) use only outbound")
+		return
+	}
+	switch off {
+	case 0x814:
+		h.pl[off] = v
+		h.phyCtrlWrite(v)
+	case 0x80C:
+		h.pl[off] = v
+		if v&(1<<17) != 0 && h.linkUp {
+			// Directed speed change: the link retrains through
+			// Recovery at the best speed both ends allow.
+			h.setGen(min(h.rootLnkCapGen(), h.opts.PartnerGen))
+			h.g2Pending = true
+		}
+	case 0x820:
+		h.msiAddr = h.msiAddr&^0xFFFF_FFFF | uint64(v)
+	case 0x824:
+		h.msiAddr = h.msiAddr&0xFFFF_FFFF | uint64(v)<<32
+	case 0x828:
+		h.msiEnable = v
+	case 0x82C:
+		h.msiMask = v
+	case 0x830:
+		if v&^h.msiSta != 0 {
+			h.violate("MSI status write %#x sets bits that are not pending (%#x): QEMU's designware.c XORs status, setting them", v, h.msiSta)
+		}
+		h.msiSta &^= v
+	case 0x900:
+		h.vpIndex = v
+	case 0x904:
+		vp.cr1 = v
+	case 0x908:
+		vp.cr2 = v
+		h.active[h.vpIndex%uint32(len(h.vp))] = *vp
+	case 0x90C:
+		vp.lba = v
+	case 0x910:
+		vp.uba = v
+	case 0x914:
+		vp.la = v
+	case 0x918:
+		vp.lta = v
+	case 0x91C:
+		if v != 0 {
+			h.violate("iATU upper target %#x: QEMU's designware.c ORs it, unshifted, into the lower target", v)
+		}
+		vp.uta = v
+	default:
+		if off < 0x700 {
+			h.root.writeConfig(int(off), v, h.pl[0x8BC]&1 != 0)
+			return
+		}
+		h.pl[off] = v
+	}
+}
+
+// --- CPU windows --------------------------------------------------------
+
+// ConfigWindow returns the CPU view of the configuration window
+// (offsets from SoC.ConfigBase).
+func (h *Host) ConfigWindow() mmio.Regs { return h.window(h.soc.ConfigBase) }
+
+// MemWindow returns the CPU view of the memory window (offsets from
+// SoC.MemBase).
+func (h *Host) MemWindow() mmio.Regs { return h.window(h.soc.MemBase) }
+
+func (h *Host) window(base uint64) mmio.Regs {
+	return regs{h, func(off uint32) uint32 { return h.cpu(base+uint64(off), 0, false) },
+		func(off, v uint32) { h.cpu(base+uint64(off), v, true) }}
+}
+
+// cpu performs a CPU access at physical address a through the iATU.
+func (h *Host) cpu(a uint64, v uint32, write bool) uint32 {
+	what := "read"
+	if write {
+		what = "write"
+	}
+	for _, vp := range h.active {
+		if vp.cr2&(1<<31) == 0 {
+			continue
+		}
+		base := uint64(vp.uba)<<32 | uint64(vp.lba)
+		limit := base&^0xFFFF_FFFF | uint64(vp.la)
+		if a < base || a > limit {
+			continue
+		}
+		if !h.linkUp {
+			h.violate("CPU %s at %#x: TLP with the link down (abort)", what, a)
+			return 0xFFFF_FFFF
+		}
+		h.tlps++
+		target := uint64(vp.uta)<<32 | uint64(vp.lta)
+		if vp.cr1&0x1F == 0 {
+			return h.memTLP(target+(a-base), v, write)
+		}
+		if t := vp.cr1 & 0x1F; t != 4 && t != 5 {
+			h.violate("iATU region type %#x at %#x: neither MEM nor CFG0/CFG1", t, a)
+			return 0xFFFF_FFFF
+		}
+		return h.cfgTLP(vp.cr1&0x1F, uint32(target), int(a-base)&0xFFF, v, write)
+	}
+	h.violate("CPU %s at %#x: no enabled outbound viewport covers it (data abort)", what, a)
+	return 0xFFFF_FFFF
+}
+
+// findBus returns the bridge whose secondary bus is n.
+func (h *Host) findBus(n int) *Function {
+	var walk func(br *Function) *Function
+	walk = func(br *Function) *Function {
+		if int(br.cfg[0x19]) == n && n != 0 {
+			return br
+		}
+		sec, sub := int(br.cfg[0x19]), int(br.cfg[0x1A])
+		if n <= sec || n > sub {
+			return nil
+		}
+		for d := range br.children {
+			for _, c := range br.children[d] {
+				if c != nil && !c.gone && c.cfg[0x0E]&0x7F == 1 {
+					if r := walk(c); r != nil {
+						return r
+					}
+				}
+			}
+		}
+		return nil
+	}
+	return walk(h.root)
+}
+
+func (h *Host) cfgTLP(typ, target uint32, off int, v uint32, write bool) uint32 {
+	bus, dev, fn := int(target>>24), int(target>>19)&31, int(target>>16)&7
+	if target&0xFFFF != 0 {
+		h.violate("configuration target %#x has low bits set", target)
+	}
+	sec := int(h.root.cfg[0x19])
+	if sec == 0 {
+		h.violate("configuration TLP to %02x:%02x.%d before the root port's secondary bus is set", bus, dev, fn)
+		return 0xFFFF_FFFF
+	}
+	if bus == sec && typ != 4 {
+		h.violate("Type 1 configuration TLP to %02x:%02x.%d on the root port's own secondary bus (must be Type 0)", bus, dev, fn)
+	}
+	if bus != sec && typ != 5 {
+		h.violate("Type 0 configuration TLP to %02x:%02x.%d beyond the root port's secondary bus %d (must be Type 1)", bus, dev, fn, sec)
+	}
+	var f *Function
+	if br := h.findBus(bus); br != nil {
+		f = br.children[dev][fn]
+	}
+	if f == nil || f.gone {
+		if h.soc.AbortsOnUR {
+			h.violate("configuration access to missing %02x:%02x.%d: Unsupported Request, an imprecise external abort on %s", bus, dev, fn, h.soc.Name)
+		}
+		return 0xFFFF_FFFF
+	}
+	if write {
+		f.writeConfig(off, v, false)
+		return 0
+	}
+	return f.readConfig(off)
+}
+
+func (h *Host) memTLP(a uint64, v uint32, write bool) uint32 {
+	r := h.root
+	lo, hi, ok := r.window()
+	if r.get16(0x04)&2 == 0 || !ok || a < lo || a > hi {
+		h.violate("memory TLP to %#x not forwarded by the root port (command %#x, window %#x-%#x): abort", a, r.get16(0x04), lo, hi)
+		return 0xFFFF_FFFF
+	}
+	reg, off, found := h.route(r, a)
+	if !found {
+		h.violate("memory TLP to %#x: no function decodes it (Unsupported Request, abort)", a)
+		return 0xFFFF_FFFF
+	}
+	if reg == nil {
+		return 0
+	}
+	// The handler runs with the model unlocked: it may be a device model
+	// of its own that calls back (DMA, interrupts).
+	h.mu.Unlock()
+	defer h.mu.Lock()
+	if write {
+		reg.Write32(off, v)
+		return 0
+	}
+	return reg.Read32(off)
+}
+
+// route finds what decodes a below bridge br.
+func (h *Host) route(br *Function, a uint64) (mmio.Regs, uint32, bool) {
+	for d := range br.children {
+		for _, c := range br.children[d] {
+			if c == nil || c.gone {
+				continue
+			}
+			if c.cfg[0x0E]&0x7F == 1 {
+				if lo, hi, ok := c.window(); ok && c.get16(0x04)&2 != 0 && a >= lo && a <= hi {
+					return h.route(c, a)
+				}
+				continue
+			}
+			if reg, off, ok := c.decode(a); ok {
+				return reg, off, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// upstream checks a memory request from f to a.
+func (h *Host) upstream(f *Function, a uint64, n int, write bool) error {
+	if f.gone {
+		return ErrGone
+	}
+	if !h.linkUp {
+		return ErrLinkDown
+	}
+	if !f.busMaster() {
+		h.violate("%04x:%04x memory request to %#x with bus mastering disabled on its path", f.get16(0), f.get16(2), a)
+		return ErrNoMaster
+	}
+	if lo, hi, ok := h.root.window(); ok && h.root.get16(0x04)&2 != 0 && a+uint64(n) > lo && a <= hi {
+		h.violate("device DMA to %#x inside the root port window %#x-%#x: peer-to-peer, never reaches memory", a, lo, hi)
+		return ErrPeer
+	}
+	return nil
+}
+
+func (h *Host) isMSI(a uint64, n int) bool {
+	return h.msiEnable != 0 && a == h.msiAddr && n == 4
+}
+
+func (h *Host) msiMatches(a uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.isMSI(a, 4)
+}
+
+func (h *Host) msiWrite(data uint32) {
+	h.msiSta |= (1 << (data & 31)) & h.msiEnable
+}
