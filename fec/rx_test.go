@@ -84,7 +84,6 @@ func TestEveryRxErrorIsCountedAndDropped(t *testing.T) {
 		{"mac error", good(), fectest.RxMACError, fec.RxMACError},
 		{"too long", randomFrame(rng, 1600, nicMAC), fectest.RxOK, fec.RxTruncated},
 		{"runt", randomFrame(rng, 10, nicMAC), fectest.RxOK, fec.RxRunt},
-		{"bad ipv4 header checksum", badIPv4Frame(), fectest.RxOK, fec.RxBadChecksum},
 	}
 	for _, c := range cases {
 		if !r.Model.Deliver(c.frame, c.fault) {
@@ -105,7 +104,7 @@ func TestEveryRxErrorIsCountedAndDropped(t *testing.T) {
 		}
 	}
 	st := r.NIC.Stats().Rx
-	if st.Overrun != 1 || st.CRC != 1 || st.NonOctet != 1 || st.MACError != 1 || st.Truncated != 1 || st.Runt != 1 || st.BadChecksum != 1 {
+	if st.Overrun != 1 || st.CRC != 1 || st.NonOctet != 1 || st.MACError != 1 || st.Truncated != 1 || st.Runt != 1 {
 		t.Fatalf("counters %+v", st)
 	}
 	if st.Dropped() != uint64(len(cases)) || st.Frames != uint64(len(cases)) {

@@ -34,7 +34,11 @@ type RxStats struct {
 	// Invalidated counts bytes invalidated in the data cache.
 	Invalidated uint64
 	// Dropped frames, by cause.
-	CRC, Overrun, TooLong, Truncated, NonOctet, MACError, MultiBuffer, Runt, BadChecksum, NoBuffer uint64
+	CRC, Overrun, TooLong, Truncated, NonOctet, MACError, MultiBuffer, Runt, NoBuffer uint64
+	// CsumFlagged counts IP frames delivered with ICE or PCR set: bad
+	// checksums, fragments, short or unknown payloads. They are not dropped;
+	// nothing is claimed verified and the stack checks them.
+	CsumFlagged uint64
 	// DoubleRelease counts Packet.Release calls on a released packet.
 	DoubleRelease uint64
 }
@@ -57,14 +61,12 @@ func (s *RxStats) count(k RxErrorKind) {
 		s.MultiBuffer++
 	case RxRunt:
 		s.Runt++
-	case RxBadChecksum:
-		s.BadChecksum++
 	}
 }
 
 // Dropped returns the total of frames dropped on receive.
 func (s RxStats) Dropped() uint64 {
-	return s.CRC + s.Overrun + s.TooLong + s.Truncated + s.NonOctet + s.MACError + s.MultiBuffer + s.Runt + s.BadChecksum + s.NoBuffer
+	return s.CRC + s.Overrun + s.TooLong + s.Truncated + s.NonOctet + s.MACError + s.MultiBuffer + s.Runt + s.NoBuffer
 }
 
 type evStats struct {

@@ -754,29 +754,46 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	return true
 }
 
-// rxChecksum checks what the MAC checks: the IPv4 header checksum and the
-// TCP/UDP checksum of unfragmented IPv4/IPv6 packets.
+// rxChecksum is the receive accelerator's verdict as the enhanced RX
+// descriptor reports it (Table 22-35, IMX6ULLRM): e0 carries ICE, PCR,
+// VLAN, IPV6 and FRAG; e1 the protocol type in bits 23:16 and the IP+L4
+// header length in 32-bit words in bits 31:27 (0 for a frame that is not
+// IP). As on silicon, ICE is set for a frame that is not IP and for an IP
+// datagram with under 3 bytes of payload as well as for a bad IPv4 header
+// checksum, and PCR whenever the TCP/UDP checksum was not found good: a bad
+// one, a fragment, a protocol other than TCP and UDP. The payload checksum
+// (bits 15:0) is not modelled and left 0.
 func rxChecksum(f []byte) (e0, e1 uint32) {
 	h, err := pkt.Parse(f)
-	if err != nil || h.IPEnd > len(f) || h.L4 > h.IPEnd {
-		return 0, 0
-	}
 	if h.VLANs > 0 {
 		e0 |= fec.RXE_VLAN
 	}
+	if err != nil || h.IPEnd > len(f) || h.L4 > h.IPEnd {
+		return e0 | fec.RXE_ICE, 0
+	}
 	if h.IPv6 {
 		e0 |= fec.RXE_IPV6
-	} else if !pkt.IPv4HeaderOK(f, h) {
-		e0 |= fec.RXE_ICE
 	}
 	if h.Fragment {
 		e0 |= fec.RXE_FRAG
 	}
-	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
+	payload := h.IPEnd - h.L4
+	if payload < 3 || !pkt.IPv4HeaderOK(f, h) {
+		e0 |= fec.RXE_ICE
+	}
+	l4hdr := 0
+	switch {
+	case h.Fragment:
+	case h.Proto == pkt.ProtoTCP && payload >= 20:
+		l4hdr = int(f[h.L4+12]>>4) * 4
+	case h.Proto == pkt.ProtoUDP && payload >= 8:
+		l4hdr = 8
+	}
+	if ok, checked := pkt.TransportOK(f, h); !ok || !checked || payload < 3 {
 		e0 |= fec.RXE_PCR
 	}
-	hl := (h.L4 - h.L3) / 4
-	e1 = uint32(h.Proto)<<24 | uint32(max(hl, 1))<<16
+	hl := min((h.L4-h.L3+l4hdr)/4, 31)
+	e1 = uint32(hl)<<fec.RXE1_HLEN_SHIFT | uint32(h.Proto&0xFF)<<fec.RXE1_PROTO_SHIFT
 	return e0, e1
 }
 
