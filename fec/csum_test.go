@@ -154,7 +154,7 @@ func lastFragment() []byte {
 	copy(f[6:], []byte{2, 0, 0, 0, 0, 9})
 	f[12], f[13] = 0x08, 0x00
 	ip := f[14:34]
-	ip[0], ip[3] = 0x45, 21 // total length 21
+	ip[0], ip[3] = 0x45, 21  // total length 21
 	ip[6], ip[7] = 0x00, 185 // offset 185*8, MF clear
 	ip[8], ip[9] = 64, 17
 	copy(ip[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})

@@ -112,11 +112,11 @@ func (s RxStatus) String() string {
 
 // Enhanced RX extended word (dwExt0): status low, control high.
 const (
-	RXE_ME   = 1 << 31 // MAC error
-	RXE_PE   = 1 << 26 // PHY error
-	RXE_CE   = 1 << 25 // collision
-	RXE_UC   = 1 << 24 // unicast
-	RXE_INT  = 1 << 23 // raise RXB/RXF for this descriptor
+	RXE_ME  = 1 << 31 // MAC error
+	RXE_PE  = 1 << 26 // PHY error
+	RXE_CE  = 1 << 25 // collision
+	RXE_UC  = 1 << 24 // unicast
+	RXE_INT = 1 << 23 // raise RXB/RXF for this descriptor
 	// ICE: IP header checksum error, also set for a frame that is not IP
 	// and for an IP datagram with under 3 bytes of payload. PCR: protocol
 	// checksum error, also set when the protocol is one the accelerator
@@ -133,8 +133,8 @@ const (
 // Enhanced RX word dwExt1 fields (Table 22-35, IMX6ULLRM; the manual lists
 // them big-endian at +0x0C/+0x0E, DBSWP puts them in this word).
 const (
-	RXE1_PROTO_SHIFT = 16   // protocol type, 8 bits (the IP protocol number)
-	RXE1_HLEN_SHIFT  = 27   // IP+L4 header length in 32-bit words, 5 bits; 0: not IP
+	RXE1_PROTO_SHIFT = 16     // protocol type, 8 bits (the IP protocol number)
+	RXE1_HLEN_SHIFT  = 27     // IP+L4 header length in 32-bit words, 5 bits; 0: not IP
 	RXE1_CSUM_MASK   = 0xFFFF // payload checksum
 )
 
