@@ -409,7 +409,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		c++
 	}
 	// ERR006358: descriptors still ready but TDAR fell to 0: kick again.
-	if t.inFlight > 0 && n.cfg.Caps.Has(QuirkERR006358) && n.regs.Read32(ENETx_TDAR) == 0 {
+	// Linux's fec_enet_tx_queue does this on every SoC, not only on the
+	// i.MX6Q/DL the erratum is filed for: a missed kick strands frames on
+	// any of them (the ERR007885 kick rule can skip a kick the uDMA then
+	// misses).
+	if t.inFlight > 0 && n.regs.Read32(ENETx_TDAR) == 0 {
 		n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
 		t.stats.Rekicks++
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	PartnerGbit bool
 	// ANReads is how many BMSR reads autonegotiation takes to complete.
 	ANReads int
+	// IPGClock is the module clock MDC is divided from (default 66 MHz);
+	// an MDIO frame clocked above 2.5 MHz is a violation.
+	IPGClock uint32
 }
 
 // Faults are injected by tests.
@@ -81,6 +84,14 @@ type Stats struct {
 	TxFrames, RxFrames       int
 	RxNoDescriptor, Filtered int
 	Kicks                    int
+	// SpuriousMII counts MII events raised by an MSCR write (from zero,
+	// with MMFR non-zero) rather than by an MDIO frame.
+	SpuriousMII int
+	// Misclassified counts frames sent to RX rings 1/2 by a stale RCMR.
+	Misclassified int
+	// CsumWithoutStrfwd counts frames that asked for checksum insertion
+	// with TFWR.STRFWD clear: they went out with the fields as given.
+	CsumWithoutStrfwd int
 }
 
 const regSpace = 0x800
@@ -105,12 +116,16 @@ type Model struct {
 	txBuf   []byte   // scratch, reused so the model allocates nothing per frame
 	bds     []txBD
 	rxBuf   []byte
+	icPend  [2]int // frames counted towards TXIC0 / RXIC0 thresholds
 }
 
 // New returns a model in its reset state.
 func New(opts Options) *Model {
 	if opts.PHYAddr == 0 {
 		opts.PHYAddr = 2
+	}
+	if opts.IPGClock == 0 {
+		opts.IPGClock = 66_000_000
 	}
 	if opts.PartnerAdv == 0 {
 		opts.PartnerAdv = fec.ADV_100FULL | fec.ADV_100HALF | fec.ADV_10FULL | fec.ADV_10HALF | 1
@@ -198,6 +213,7 @@ func (m *Model) SetLink(up bool) {
 func (m *Model) IRQ() <-chan struct{} { return m.irq }
 
 func (m *Model) raise(ev uint32) {
+	ev = m.coalesce(ev)
 	m.regs[fec.ENETx_EIR/4] |= ev
 	if m.get(fec.ENETx_EIR)&m.get(fec.ENETx_EIMR) != 0 {
 		select {
@@ -205,6 +221,30 @@ func (m *Model) raise(ev uint32) {
 		default:
 		}
 	}
+}
+
+// coalesce holds back TXF/RXF while TXIC0/RXIC0 coalescing is enabled
+// until ICFT frames have completed (22.5.14/22.5.15, IMX6ULLRM). The timer
+// threshold is not modelled: a frame count never reached holds the event
+// for good, which is what a stale coalescing setup does to a driver that
+// expects one interrupt per frame.
+func (m *Model) coalesce(ev uint32) uint32 {
+	for k, c := range []struct {
+		bit uint32
+		reg uint32
+	}{{fec.EIR_TXF, fec.ENETx_TXIC0}, {fec.EIR_RXF, fec.ENETx_RXIC0}} {
+		ic := m.get(c.reg)
+		if ev&c.bit == 0 || ic&fec.IC_ICEN == 0 {
+			continue
+		}
+		m.icPend[k]++
+		if m.icPend[k] < int(ic>>fec.IC_ICFT&0xFF) {
+			ev &^= c.bit
+		} else {
+			m.icPend[k] = 0
+		}
+	}
+	return ev
 }
 
 func (m *Model) checkOff(off uint32) bool {
@@ -277,8 +317,21 @@ func (m *Model) write(off, v uint32) {
 			m.set(off, fec.DAR_ACTIVE)
 		}
 	case fec.ENETx_MMFR:
+		// Writing MMFR starts a frame whenever MSCR[7:0] is non-zero (Linux
+		// fec_enet_mii_init, FEC_QUIRK_CLEAR_SETUP_MII).
 		m.set(off, v)
-		m.mdio(v)
+		if m.get(fec.ENETx_MSCR)&0xFF != 0 {
+			m.mdio(v)
+		}
+	case fec.ENETx_MSCR:
+		// Writing MSCR from zero to non-zero while MMFR is non-zero raises
+		// an MII event with no frame behind it.
+		old := m.get(off)
+		m.set(off, v&0x7FE)
+		if m.get(fec.ENETx_MMFR) != 0 && old&0xFF == 0 && v&0xFF != 0 {
+			m.stats.SpuriousMII++
+			m.raise(fec.EIR_MII)
+		}
 	case fec.ENETx_RDSR, fec.ENETx_TDSR:
 		if v%8 != 0 {
 			m.violation("ring base %#x (register %#x) not 8-byte aligned", v, off)
@@ -321,7 +374,11 @@ func (m *Model) mdio(v uint32) {
 	pa, ra := int(v>>fec.MMFR_PA)&0x1F, int(v>>fec.MMFR_RA)&0x1F
 	op := v >> 28 & 3
 	if v>>30 != 1 {
-		m.violation("MMFR %#08x: not a clause-22 frame", v)
+		m.violation("MMFR %#08x written while MDC runs: a stray frame that is not clause 22 went out on the MDIO bus", v)
+	}
+	mscr := m.get(fec.ENETx_MSCR)
+	if mdc := m.opts.IPGClock / ((mscr>>fec.MSCR_SPEED&0x3F + 1) * 2); mdc > 2_500_000 {
+		m.violation("MDC at %d Hz (IPG clock %d Hz, MSCR %#x): above the 2.5 MHz of IEEE 802.3 clause 22", mdc, m.opts.IPGClock, mscr)
 	}
 	switch op {
 	case 1: // write
@@ -482,8 +539,25 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 			m.violation("TX frame: PINS/IINS differ between its descriptors (which one silicon samples is unconfirmed)")
 		}
 	}
-	if enh && opt != 0 {
-		insertChecksums(frame, opt&fec.TXE_IINS != 0, opt&fec.TXE_PINS != 0)
+	if !enh {
+		opt = 0
+	}
+	// TACC applies to every frame (22.5.33): SHIFT16 drops the first two
+	// bytes, IPCHK/PROCHK insert checksums as IINS/PINS do.
+	tacc := m.get(fec.ENETx_TACC)
+	if tacc&fec.TACC_SHIFT16 != 0 {
+		frame = frame[min(2, len(frame)):]
+	}
+	ip, l4 := opt&fec.TXE_IINS != 0 || tacc&fec.TACC_IPCHK != 0, opt&fec.TXE_PINS != 0 || tacc&fec.TACC_PROCHK != 0
+	if ip || l4 {
+		// The MAC can only insert a checksum computed over the whole frame,
+		// which it holds only in store-and-forward mode; without STRFWD the
+		// frame goes out with the fields as given.
+		if m.get(fec.ENETx_TFWR)&fec.TFWR_STRFWD != 0 {
+			insertChecksums(frame, ip, l4)
+		} else {
+			m.stats.CsumWithoutStrfwd++
+		}
 	}
 	if len(frame) < 60 {
 		m.violation("TX frame of %d bytes: runt on the wire (the driver must pad to 60)", len(frame))
@@ -624,6 +698,11 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 		m.stats.Filtered++
 		return false
 	}
+	if ring := m.classify(frame); ring != 0 {
+		m.stats.Misclassified++
+		m.violation("RX frame classified to ring %d by RCMR%d = %#x, a ring the driver never set up", ring, ring, m.get(fec.ENETx_RCMR1+uint32(ring-1)*4))
+		return false
+	}
 	if m.busFault() {
 		return false
 	}
@@ -752,6 +831,29 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	}
 	m.raise(ev)
 	return true
+}
+
+// classify returns the RX ring (1 or 2) a VLAN-tagged frame is steered to
+// by RCMR1/RCMR2 on the multi-queue parts: MATCHEN set and the frame's
+// priority equal to one of CMP0..CMP3 (bits 2:0, 6:4, 10:8, 14:12; Linux
+// fec.h RCMR_CMP_CFG). 0 is ring 0.
+func (m *Model) classify(f []byte) int {
+	if !m.opts.Caps.Has(fec.QuirkMultiQueue) || len(f) < 16 || binary.BigEndian.Uint16(f[12:]) != pkt.EtherTypeVLAN {
+		return 0
+	}
+	pcp := uint32(f[14] >> 5)
+	for ring, reg := range []uint32{fec.ENETx_RCMR1, fec.ENETx_RCMR2} {
+		v := m.get(reg)
+		if v&fec.RCMR_MATCHEN == 0 {
+			continue
+		}
+		for k := 0; k < 4; k++ {
+			if v>>(4*k)&7 == pcp {
+				return ring + 1
+			}
+		}
+	}
+	return 0
 }
 
 // rxChecksum is the receive accelerator's verdict as the enhanced RX
