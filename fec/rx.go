@@ -240,6 +240,14 @@ func (n *NIC) Receive() (*Packet, error) {
 		if st&RX_E != 0 {
 			return nil, nil
 		}
+		// The uDMA may clear E before it has written the enhanced words
+		// (BDU, "last buffer descriptor update done", Table 22-35): until
+		// BDU is set the verdicts and error bits there are stale, so the
+		// frame is not complete yet. Its RXF follows the update.
+		if n.enhanced && st&RX_L != 0 && r.r.load(i, dwExt2)&BDU == 0 {
+			r.stats.BDUPending++
+			return nil, nil
+		}
 		length := int(ls & 0xFFFF)
 		var e0, e1 uint32
 		if n.enhanced {

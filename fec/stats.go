@@ -41,6 +41,9 @@ type RxStats struct {
 	CsumFlagged uint64
 	// DoubleRelease counts Packet.Release calls on a released packet.
 	DoubleRelease uint64
+	// BDUPending counts polls that found a descriptor with E clear but BDU
+	// not yet set (the frame was taken on a later poll).
+	BDUPending uint64
 }
 
 func (s *RxStats) count(k RxErrorKind) {

@@ -397,6 +397,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		if TxStatus(ls>>16)&TX_R != 0 {
 			break
 		}
+		// R may clear before the error status and BDU are written (Table
+		// 22-37): wait for BDU before reading the frame's status.
+		if t.slots[i].last && n.enhanced && t.r.load(i, dwExt2)&BDU == 0 {
+			break
+		}
 		var err error
 		if t.slots[i].last && n.enhanced {
 			if e := t.r.load(i, dwExt0); e&TXE_TXE != 0 {

@@ -46,6 +46,22 @@ type Options struct {
 	// IPGClock is the module clock MDC is divided from (default 66 MHz);
 	// an MDIO frame clocked above 2.5 MHz is a violation.
 	IPGClock uint32
+	// AsyncTx makes the uDMA run only when StepTx is called, as silicon
+	// runs beside the CPU: a TDAR write only sets TDAR. After sending the
+	// last ready frame the uDMA keeps TDAR set for one more step while it
+	// closes (descriptors made ready then are not seen: a missed kick) and
+	// a TDAR write in that window hangs the TX state machine on parts with
+	// ERR007885 (on the others the write is lost).
+	AsyncTx bool
+	// LagBDU makes the uDMA publish a descriptor in two steps: status (E
+	// or R cleared) first, the enhanced words and BDU only at the next
+	// StepBDU (or the next frame). RXF/TXF follow BDU.
+	LagBDU bool
+	// RxFIFO is the receive FIFO in bytes (default 2048; a modelling
+	// choice, not a figure from the manuals). Frames arriving while no
+	// empty descriptor is available wait in it; one that does not fit is
+	// lost and reported with OV on the next descriptor.
+	RxFIFO int
 }
 
 // Faults are injected by tests.
@@ -81,7 +97,9 @@ const (
 
 // Stats counts what the model saw.
 type Stats struct {
-	TxFrames, RxFrames       int
+	TxFrames, RxFrames int
+	// RxNoDescriptor counts frames lost because the RX FIFO overflowed
+	// while no empty descriptor was available.
 	RxNoDescriptor, Filtered int
 	Kicks                    int
 	// SpuriousMII counts MII events raised by an MSCR write (from zero,
@@ -117,6 +135,49 @@ type Model struct {
 	bds     []txBD
 	rxBuf   []byte
 	icPend  [2]int // frames counted towards TXIC0 / RXIC0 thresholds
+	txState txState
+	txHung  bool      // ERR007885: TX state machine hung until reset
+	lagged  []lagged  // descriptor words not yet published (LagBDU)
+	fifo    []rxEntry // frames waiting for an empty descriptor
+	fifoLen int       // bytes in fifo
+}
+
+type txState int
+
+const (
+	txIdle    txState = iota // TDAR 0
+	txActive                 // TDAR 1, walking the ring
+	txClosing                // TDAR 1, found no ready descriptor, about to clear TDAR
+)
+
+// lagged is a descriptor update held back by LagBDU.
+type lagged struct {
+	d      *[8]uint32
+	w2, w3 uint32
+	setW3  bool
+	ev     uint32
+}
+
+// flushLagged publishes descriptor words held back by LagBDU: the enhanced
+// words, then BDU, then the events.
+func (m *Model) flushLagged() {
+	l := m.lagged
+	m.lagged = nil
+	for _, x := range l {
+		store(&x.d[2], x.w2)
+		if x.setW3 {
+			store(&x.d[3], x.w3)
+		}
+		store(&x.d[4], fec.BDU)
+		m.raise(x.ev)
+	}
+}
+
+// StepBDU publishes what LagBDU held back.
+func (m *Model) StepBDU() {
+	m.mu.Lock()
+	m.flushLagged()
+	m.mu.Unlock()
 }
 
 // New returns a model in its reset state.
@@ -156,6 +217,9 @@ func (m *Model) reset() {
 	m.set(fec.ENETx_MIBC, fec.MIBC_DIS|fec.MIBC_IDLE)
 	m.set(fec.ENETx_FTRL, 0x7FF)
 	m.txIdx, m.rxIdx, m.halted = 0, 0, false
+	m.txState, m.txHung = txIdle, false
+	m.fifo, m.fifoLen = nil, 0
+	m.flushLagged()
 }
 
 func (m *Model) get(off uint32) uint32    { return m.regs[off/4] }
@@ -299,22 +363,39 @@ func (m *Model) write(off, v uint32) {
 		m.set(off, v)
 		if v&fec.ECR_ETHEREN == 0 {
 			m.txIdx, m.rxIdx = 0, 0
+			m.txState, m.txHung = txIdle, false
+			m.fifo, m.fifoLen = nil, 0
 			m.set(fec.ENETx_TDAR, 0)
 			m.set(fec.ENETx_RDAR, 0)
 		} else if v&fec.ECR_DBSWP == 0 {
 			m.violation("ECR.DBSWP clear: descriptors would be read big-endian on ARM")
 		}
 	case fec.ENETx_TDAR:
-		if m.enabled() {
-			m.set(off, fec.DAR_ACTIVE)
-			m.stats.Kicks++
-			if !m.faults.TxStalled {
-				m.processTx()
+		if !m.enabled() {
+			return
+		}
+		m.stats.Kicks++
+		if m.opts.AsyncTx {
+			switch m.txState {
+			case txIdle:
+				m.txState = txActive
+				m.set(off, fec.DAR_ACTIVE)
+			case txClosing:
+				if m.opts.Caps.Has(fec.QuirkERR007885) {
+					m.txHung = true
+					m.violation("TDAR written while the uDMA was clearing it: ERR007885, the TX state machine hangs until reset")
+				}
 			}
+			return
+		}
+		m.set(off, fec.DAR_ACTIVE)
+		if !m.faults.TxStalled {
+			m.processTx(0)
 		}
 	case fec.ENETx_RDAR:
 		if m.enabled() {
 			m.set(off, fec.DAR_ACTIVE)
+			m.drainFIFO()
 		}
 	case fec.ENETx_MMFR:
 		// Writing MMFR starts a frame whenever MSCR[7:0] is non-zero (Linux
@@ -451,13 +532,54 @@ type txBD struct {
 	ext uint32
 }
 
-// processTx walks the TX ring from the current descriptor while R is set.
-func (m *Model) processTx() {
+// StepTx runs the asynchronous uDMA (Options.AsyncTx) one step: send one
+// ready frame, or find none and start closing, or finish closing and clear
+// TDAR. It reports whether TDAR was set.
+func (m *Model) StepTx() bool {
+	m.mu.Lock()
+	active := m.get(fec.ENETx_TDAR) != 0
+	switch {
+	case !active || !m.enabled():
+	case m.txHung || m.faults.TxStalled:
+	case m.txState == txClosing:
+		m.txState = txIdle
+		m.set(fec.ENETx_TDAR, 0)
+	default:
+		m.processTx(1)
+	}
+	out, peer := m.pending, m.peer
+	m.pending = nil
+	m.mu.Unlock()
+	if peer != nil {
+		for _, f := range out {
+			peer(f)
+		}
+	}
+	return active
+}
+
+// txDone ends a walk of the ring: synchronously TDAR clears at once;
+// asynchronously it stays set while the uDMA closes.
+func (m *Model) txDone() {
+	if m.opts.AsyncTx {
+		m.txState = txClosing
+		return
+	}
+	m.set(fec.ENETx_TDAR, 0)
+}
+
+// processTx walks the TX ring from the current descriptor while R is set,
+// at most limit frames (0: no limit).
+func (m *Model) processTx(limit int) {
+	m.flushLagged()
 	base := m.get(fec.ENETx_TDSR)
 	enh := m.enhanced()
 	frames := 0
 	for {
 		if m.busFault() {
+			return
+		}
+		if limit > 0 && frames == limit {
 			return
 		}
 		start := m.txIdx
@@ -467,7 +589,7 @@ func (m *Model) processTx() {
 			return
 		}
 		if fec.TxStatus(load(&d[0])>>16)&fec.TX_R == 0 {
-			m.set(fec.ENETx_TDAR, 0)
+			m.txDone()
 			return
 		}
 		if m.faults.ClearTDAREarly > 0 && frames == 1 {
@@ -576,16 +698,24 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 		ls := load(&b.d[0])
 		store(&b.d[0], ls&^(uint32(fec.TX_R)<<16))
 		if enh {
-			store(&b.d[4], fec.BDU)
+			w2 := load(&b.d[2])
 			if k == len(bds)-1 {
-				store(&b.d[2], b.ext&0xFFFF0000|errw)
+				w2 = b.ext&0xFFFF0000 | errw
 			}
+			var bev uint32
 			if b.ext&fec.TXE_INT != 0 {
-				ev |= fec.EIR_TXB
+				bev |= fec.EIR_TXB
 				if k == len(bds)-1 {
-					ev |= fec.EIR_TXF
+					bev |= fec.EIR_TXF
 				}
 			}
+			if m.opts.LagBDU {
+				m.lagged = append(m.lagged, lagged{d: b.d, w2: w2, ev: bev})
+				continue
+			}
+			store(&b.d[2], w2)
+			store(&b.d[4], fec.BDU)
+			ev |= bev
 		} else {
 			ev |= fec.EIR_TXB
 			if k == len(bds)-1 {
@@ -686,11 +816,25 @@ func hashIndex(a [6]byte) int {
 	return int(crc >> 26)
 }
 
+// rxEntry is a received frame on its way to a descriptor.
+type rxEntry struct {
+	data   []byte // buffer content: SHIFT16 pad, frame, FCS (truncated at FTRL)
+	frame  []byte // the frame as received, for the MIB counters
+	st     fec.RxStatus
+	e0, e1 uint32
+	crcErr bool
+}
+
 // Deliver is a frame (without FCS) arriving from the wire, with an optional
-// injected fault. It reports whether the frame reached a descriptor.
+// injected fault. The frame goes to the next empty descriptor, or waits in
+// the RX FIFO while there is none (RDAR clear or the ring full) and is
+// written when the driver writes RDAR; a frame that does not fit in the
+// FIFO is lost (IEEE_R_MACERR) and the next descriptor reports OV. It
+// reports whether the frame was accepted (written or held).
 func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.flushLagged()
 	if !m.enabled() {
 		return false
 	}
@@ -706,18 +850,17 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	if m.busFault() {
 		return false
 	}
-	enh := m.enhanced()
-	base := m.get(fec.ENETx_RDSR)
-	mrbr := int(m.get(fec.ENETx_MRBR))
-	if mrbr == 0 {
+	if m.get(fec.ENETx_MRBR) == 0 {
 		m.violation("RX with MRBR = 0")
 		return false
 	}
-	// Buffer content: SHIFT16 pad, frame, FCS.
+	enh := m.enhanced()
+	// Buffer content: SHIFT16 pad, frame, FCS. SHIFT16 applies with legacy
+	// descriptors too (RACC is not tied to EN1588; QEMU honours it only
+	// with enhanced ones).
 	data := m.rxBuf[:0]
 	defer func() { m.rxBuf = data[:0] }()
-	shift := enh && m.opts.Caps.Has(fec.QuirkRACC) && m.get(fec.ENETx_RACC)&fec.RACC_SHIFT16 != 0
-	if shift {
+	if m.opts.Caps.Has(fec.QuirkRACC) && m.get(fec.ENETx_RACC)&fec.RACC_SHIFT16 != 0 {
 		data = append(data, 0, 0)
 	}
 	data = append(data, frame...)
@@ -748,73 +891,131 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 		}
 	}
 	// Checksum verdict, header length and protocol (enhanced, csum parts).
-	var e0, e1 uint32
+	e := rxEntry{data: data, frame: frame, st: st, crcErr: fault == RxCRC}
 	if enh && m.opts.Caps.Has(fec.QuirkCsum) {
-		e0, e1 = rxChecksum(frame)
+		e.e0, e.e1 = rxChecksum(frame)
 	}
 	if fault == RxMACError {
-		e0 |= fec.RXE_ME
+		e.e0 |= fec.RXE_ME
 	}
-	total := len(data)
+	if len(m.fifo) == 0 && m.rxReady() {
+		m.writeRx(&e)
+		return true
+	}
+	size := m.opts.RxFIFO
+	if size == 0 {
+		size = 2048
+	}
+	if m.fifoLen+len(data) > size {
+		// Overflow: the frame is lost and the MAC flags the overrun on
+		// the next descriptor it writes.
+		m.stats.RxNoDescriptor++
+		m.mibAdd("IEEE_R_MACERR", 1)
+		if k := len(m.fifo); k == 0 || m.fifo[k-1].st != fec.RX_OV || m.fifo[k-1].frame != nil {
+			m.fifo = append(m.fifo, rxEntry{st: fec.RX_OV})
+		}
+		return false
+	}
+	e.data, e.frame = bytes.Clone(data), bytes.Clone(frame)
+	m.fifo = append(m.fifo, e)
+	m.fifoLen += len(data)
+	return true
+}
+
+// rxReady reports whether the uDMA has an empty descriptor to write. As on
+// silicon, finding the next descriptor not empty clears RDAR.
+func (m *Model) rxReady() bool {
+	if m.get(fec.ENETx_RDAR) == 0 {
+		return false
+	}
+	d, ok := m.desc(m.get(fec.ENETx_RDSR), m.rxIdx)
+	if !ok {
+		return false
+	}
+	if fec.RxStatus(load(&d[0])>>16)&fec.RX_E == 0 {
+		m.set(fec.ENETx_RDAR, 0)
+		return false
+	}
+	return true
+}
+
+// drainFIFO writes held frames while empty descriptors last.
+func (m *Model) drainFIFO() {
+	for len(m.fifo) > 0 && m.rxReady() {
+		e := m.fifo[0]
+		m.fifo = m.fifo[1:]
+		m.fifoLen -= len(e.data)
+		m.writeRx(&e)
+	}
+}
+
+// writeRx writes e into descriptors from the current one.
+func (m *Model) writeRx(e *rxEntry) {
+	enh := m.enhanced()
+	base := m.get(fec.ENETx_RDSR)
+	mrbr := int(m.get(fec.ENETx_MRBR))
+	data := e.data
 	var ev uint32
 	for off := 0; ; {
-		if m.get(fec.ENETx_RDAR) == 0 {
-			m.stats.RxNoDescriptor++
-			m.mibAdd("IEEE_R_MACERR", 1)
-			return false
-		}
 		d, ok := m.desc(base, m.rxIdx)
 		if !ok {
-			return false
+			return
 		}
 		ls := load(&d[0])
 		bst := fec.RxStatus(ls >> 16)
 		if bst&fec.RX_E == 0 {
-			// No empty descriptor: the FIFO overflows and the frame is lost.
 			m.set(fec.ENETx_RDAR, 0)
 			m.stats.RxNoDescriptor++
 			m.mibAdd("IEEE_R_MACERR", 1)
-			if off > 0 {
-				m.violation("RX ring ran out in the middle of a frame")
-			}
-			return false
+			m.violation("RX ring ran out in the middle of a frame")
+			return
 		}
 		addr := load(&d[1])
 		if a := m.opts.Caps.RxAlign; a > 1 && int(addr)%a != 0 {
 			m.violation("RX descriptor %d: buffer %#x not %d-byte aligned", m.rxIdx, addr, a)
 		}
 		chunk := min(mrbr, len(data)-off)
-		if err := m.mem.DeviceWrite(dma.Addr(addr), data[off:off+chunk]); err != nil {
-			m.violation("RX descriptor %d: %v", m.rxIdx, err)
+		if chunk > 0 {
+			if err := m.mem.DeviceWrite(dma.Addr(addr), data[off:off+chunk]); err != nil {
+				m.violation("RX descriptor %d: %v", m.rxIdx, err)
+			}
 		}
 		off += chunk
 		last := off == len(data)
 		nst := bst & (fec.RX_W | fec.RX_RO1 | fec.RX_RO2)
 		length := mrbr
 		if last {
-			nst |= fec.RX_L | st
-			length = total
+			nst |= fec.RX_L | e.st
+			length = len(data)
 		}
-		var ctl uint32
-		if enh {
-			ctl = load(&d[2]) & 0xFFFF0000
-			x := ctl
+		var bev uint32
+		ctl := load(&d[2]) & 0xFFFF0000
+		if !enh || ctl&fec.RXE_INT != 0 {
+			bev |= fec.EIR_RXB
 			if last {
-				x |= e0
+				bev |= fec.EIR_RXF
 			}
-			store(&d[2], x)
-			if last {
-				store(&d[3], e1)
-			}
-			store(&d[4], fec.BDU)
 		}
 		store(&d[0], uint32(length)&0xFFFF|uint32(nst)<<16)
-		if !enh || ctl&fec.RXE_INT != 0 {
-			ev |= fec.EIR_RXB
+		if enh {
+			l := lagged{d: d, w2: ctl, ev: bev}
 			if last {
-				ev |= fec.EIR_RXF
+				l.w2 |= e.e0
+				l.w3, l.setW3 = e.e1, true
+			}
+			if m.opts.LagBDU {
+				// Status first; the enhanced words, BDU and the event later.
+				m.lagged = append(m.lagged, l)
+				bev = 0
+			} else {
+				store(&d[2], l.w2)
+				if l.setW3 {
+					store(&d[3], l.w3)
+				}
+				store(&d[4], fec.BDU)
 			}
 		}
+		ev |= bev
 		if bst&fec.RX_W != 0 {
 			m.rxIdx = 0
 		} else {
@@ -824,13 +1025,14 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 			break
 		}
 	}
-	m.stats.RxFrames++
-	m.mibFrame(&mibRx, frame)
-	if fault == RxCRC {
+	if e.frame != nil {
+		m.stats.RxFrames++
+		m.mibFrame(&mibRx, e.frame)
+	}
+	if e.crcErr {
 		m.mibAdd("IEEE_R_CRC", 1)
 	}
 	m.raise(ev)
-	return true
 }
 
 // classify returns the RX ring (1 or 2) a VLAN-tagged frame is steered to
