@@ -73,7 +73,8 @@ func (s RxStats) Dropped() uint64 {
 }
 
 type evStats struct {
-	busErrors, restarts, mdioTimeouts uint64
+	busErrors, restarts, mdioTimeouts  uint64
+	linkUps, linkDowns, linkUnresolved uint64
 }
 
 // Stats is a snapshot of all driver counters.
@@ -83,6 +84,12 @@ type Stats struct {
 	// BusErrors counts EBERR events; Restarts counts MAC restarts (init,
 	// link changes and bus-error recovery).
 	BusErrors, Restarts, MDIOTimeouts uint64
+	// Link is the link the MAC runs (Up false while the PHY reports none).
+	Link Link
+	// LinkUps and LinkDowns count link transitions seen by StartLink and
+	// PollLink (LinkDowns counts flaps); LinkUnresolved counts links the
+	// PHY reported up without a mode both ends advertise.
+	LinkUps, LinkDowns, LinkUnresolved uint64
 }
 
 // Stats returns a consistent snapshot of the counters.
@@ -95,7 +102,8 @@ func (n *NIC) Stats() Stats {
 	n.rx.mu.Lock()
 	rx := n.rx.stats
 	n.rx.mu.Unlock()
-	return Stats{Tx: tx, Rx: rx, BusErrors: n.ev.busErrors, Restarts: n.ev.restarts, MDIOTimeouts: n.ev.mdioTimeouts}
+	return Stats{Tx: tx, Rx: rx, BusErrors: n.ev.busErrors, Restarts: n.ev.restarts, MDIOTimeouts: n.ev.mdioTimeouts,
+		Link: n.link, LinkUps: n.ev.linkUps, LinkDowns: n.ev.linkDowns, LinkUnresolved: n.ev.linkUnresolved}
 }
 
 // MIB counter registers (22.5.36 onward, "MIB block counters", IMX6ULLRM).

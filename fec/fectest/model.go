@@ -37,10 +37,17 @@ type Options struct {
 	// PHYAddr is the MDIO address the PHY answers (default 2, ENET1's PHY on
 	// the i.MX6UL EVK).
 	PHYAddr int
-	// PartnerAdv is the link partner's ANLPAR (default 100/10 full and
-	// half); PartnerGbit adds 1000BASE-T full duplex.
-	PartnerAdv  uint16
-	PartnerGbit bool
+	// PartnerAdv is what the link partner advertises (ANAR bits; default
+	// 100/10 full and half); PartnerGbit adds 1000BASE-T full duplex.
+	// PartnerForced, if set, is a partner with autonegotiation off, fixed
+	// at that speed and duplex: the PHY falls back to parallel detection
+	// (speed sensed, half duplex).
+	PartnerAdv    uint16
+	PartnerGbit   bool
+	PartnerForced *fec.Link
+	// PHYGbit makes the PHY 1000BASE-T capable (a KSZ9021-class RGMII PHY);
+	// otherwise it is a 10/100 PHY (KSZ8081, RMII).
+	PHYGbit bool
 	// ANReads is how many BMSR reads autonegotiation takes to complete.
 	ANReads int
 	// IPGClock is the module clock MDC is divided from (default 66 MHz);
@@ -107,6 +114,11 @@ type Stats struct {
 	SpuriousMII int
 	// Misclassified counts frames sent to RX rings 1/2 by a stale RCMR.
 	Misclassified int
+	// NoLink counts frames lost because the PHY had no link; LinkMismatch
+	// frames lost because the MAC's speed or duplex differed from the
+	// PHY's; DuplexMismatch frames sent while the PHY and the partner ran
+	// different duplex modes.
+	NoLink, LinkMismatch, DuplexMismatch int
 	// CsumWithoutStrfwd counts frames that asked for checksum insertion
 	// with TFWR.STRFWD clear: they went out with the fields as given.
 	CsumWithoutStrfwd int
@@ -123,8 +135,7 @@ type Model struct {
 	txIdx   int
 	rxIdx   int
 	halted  bool // after a bus error, until reset
-	phy     [32]uint16
-	anLeft  int
+	phy     phy
 	peer    func([]byte)
 	irq     chan struct{}
 	faults  Faults
@@ -193,14 +204,7 @@ func New(opts Options) *Model {
 	}
 	m := &Model{opts: opts, mem: opts.Mem, irq: make(chan struct{}, 1)}
 	m.reset()
-	m.phy[fec.MII_BMCR] = fec.BMCR_ANENABLE
-	m.phy[fec.MII_BMSR] = 0x7809 | fec.BMSR_LSTATUS | fec.BMSR_ANEGDONE
-	m.phy[fec.MII_PHYID1], m.phy[fec.MII_PHYID2] = 0x0022, 0x1560 // KSZ8081
-	m.phy[fec.MII_ANAR] = 0x01E1
-	m.phy[fec.MII_ANLPAR] = opts.PartnerAdv
-	if opts.PartnerGbit {
-		m.phy[fec.MII_GBSR] = fec.GBSR_LP1000FD
-	}
+	m.phy.init(&m.opts)
 	return m
 }
 
@@ -259,17 +263,6 @@ func (m *Model) SetPeer(f func(frame []byte)) {
 	m.mu.Lock()
 	m.peer = f
 	m.mu.Unlock()
-}
-
-// SetLink sets the PHY's link state.
-func (m *Model) SetLink(up bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if up {
-		m.phy[fec.MII_BMSR] |= fec.BMSR_LSTATUS
-	} else {
-		m.phy[fec.MII_BMSR] &^= fec.BMSR_LSTATUS
-	}
 }
 
 // IRQ delivers a token whenever the interrupt line (EIR & EIMR != 0) is
@@ -464,41 +457,16 @@ func (m *Model) mdio(v uint32) {
 	switch op {
 	case 1: // write
 		if pa == m.opts.PHYAddr {
-			m.phyWrite(ra, uint16(v))
+			m.phy.write(ra, uint16(v))
 		}
 	case 2: // read
 		d := uint16(0xFFFF)
 		if pa == m.opts.PHYAddr {
-			d = m.phyRead(ra)
+			d = m.phy.read(ra)
 		}
 		m.set(fec.ENETx_MMFR, v&^0xFFFF|uint32(d))
 	}
 	m.raise(fec.EIR_MII)
-}
-
-func (m *Model) phyRead(ra int) uint16 {
-	if ra == fec.MII_BMSR && m.anLeft > 0 {
-		m.anLeft--
-		if m.anLeft == 0 {
-			m.phy[fec.MII_BMSR] |= fec.BMSR_ANEGDONE
-		}
-	}
-	return m.phy[ra]
-}
-
-func (m *Model) phyWrite(ra int, v uint16) {
-	switch ra {
-	case fec.MII_BMCR:
-		if v&fec.BMCR_ANRESTART != 0 {
-			m.phy[fec.MII_BMSR] &^= fec.BMSR_ANEGDONE
-			m.anLeft = max(m.opts.ANReads, 1)
-		}
-		m.phy[ra] = v &^ (fec.BMCR_RESET | fec.BMCR_ANRESTART) // self-clearing
-	case fec.MII_BMSR, fec.MII_PHYID1, fec.MII_PHYID2, fec.MII_ANLPAR, fec.MII_GBSR:
-		// read only
-	default:
-		m.phy[ra] = v
-	}
 }
 
 // desc returns the words of descriptor i of the ring at base.
@@ -733,7 +701,7 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 	}
 	m.stats.TxFrames++
 	m.mibFrame(&mibTx, frame)
-	if m.peer != nil {
+	if m.peer != nil && m.wireOK() {
 		m.pending = append(m.pending, bytes.Clone(frame))
 	}
 }
@@ -835,7 +803,7 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.flushLagged()
-	if !m.enabled() {
+	if !m.enabled() || !m.wireOK() {
 		return false
 	}
 	if !m.accept(frame) {
