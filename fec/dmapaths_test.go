@@ -51,7 +51,9 @@ func (f forgetful) Unmap(b dma.Buffer, d dma.Dir) error {
 // maintenance out is caught. (On the board the buffers are cacheable since
 // the MMU maps the buffer region as normal memory.)
 func TestDMAMaintenanceIsCompleteOnEveryPath(t *testing.T) {
-	cachedToDevice := func(b dma.Buffer, d dma.Dir) bool { return d == dma.ToDevice && b.Addr() >= dmatest.CachedBase && b.Addr() < dmatest.MapBase }
+	cachedToDevice := func(b dma.Buffer, d dma.Dir) bool {
+		return d == dma.ToDevice && b.Addr() >= dmatest.CachedBase && b.Addr() < dmatest.MapBase
+	}
 	cachedFromDevice := func(b dma.Buffer, d dma.Dir) bool { return d == dma.FromDevice }
 	rng := rand.New(rand.NewPCG(6, 6))
 	paths := []struct {
