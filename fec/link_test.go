@@ -2,6 +2,7 @@ package fec_test
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -206,7 +207,7 @@ func TestWatchLinkPolls(t *testing.T) {
 // No PHY, a PHY without a partner, a partner with nothing in common.
 func TestStartLinkEdgeCases(t *testing.T) {
 	r := fectest.NewRig(t, fectest.RigOptions{})
-	if _, err := r.NIC.StartLink(fec.LinkConfig{Addrs: []int{7}}); err == nil {
+	if _, err := r.NIC.StartLink(fec.LinkConfig{Addrs: []int{7}}); !errors.Is(err, fec.ErrNoPHY) {
 		t.Fatal("no PHY at 7, yet StartLink succeeded")
 	}
 	r = fectest.NewRig(t, fectest.RigOptions{})

@@ -128,7 +128,7 @@ func (n *NIC) FindPHY(addrs ...int) (*PHY, error) {
 			return &PHY{NIC: n, Addr: a}, nil
 		}
 	}
-	return nil, fmt.Errorf("fec: no PHY answers at addresses %v", addrs)
+	return nil, fmt.Errorf("%w at addresses %v", ErrNoPHY, addrs)
 }
 
 // ID returns the 32-bit PHY identifier.

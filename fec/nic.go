@@ -90,6 +90,7 @@ var (
 	ErrClosed       = errors.New("fec: NIC closed")
 	ErrReleased     = errors.New("fec: packet released twice")
 	ErrNot32Bit     = errors.New("fec: DMA address above 4 GiB")
+	ErrNoPHY        = errors.New("fec: no PHY answers")
 )
 
 // NIC is one ENET instance. It is safe for concurrent use: TX and RX take
