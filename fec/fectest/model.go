@@ -11,7 +11,10 @@
 // validates RX checksums, filters addresses, counts MIB events, raises EIR
 // events on a level interrupt line, and injects faults: RX overrun and other
 // RX errors, bus errors (EBERR), TDAR cleared early (ERR006358), a stuck
-// MDIO bus. It differs from QEMU's imx.enet as listed in docs/qemu-imx-enet.md.
+// MDIO bus. Its PHY negotiates with a configurable link partner (phy.go).
+// Optionally the uDMA runs asynchronously (AsyncTx) and publishes BDU late
+// (LagBDU). It differs from QEMU's imx.enet as listed in
+// docs/qemu-imx-enet.md.
 package fectest
 
 import (
@@ -223,7 +226,7 @@ func (m *Model) reset() {
 	m.txIdx, m.rxIdx, m.halted = 0, 0, false
 	m.txState, m.txHung = txIdle, false
 	m.fifo, m.fifoLen = nil, 0
-	m.flushLagged()
+	m.lagged = nil
 }
 
 func (m *Model) get(off uint32) uint32    { return m.regs[off/4] }
