@@ -7,18 +7,16 @@ import (
 // Clause-22 registers the model's PHY adds to those package fec names
 // (IEEE 802.3 22.2.4).
 const (
-	miiANER         = 6      // autonegotiation expansion
-	anerLPANAble    = 1 << 0 // the link partner autonegotiates
-	anlparACK       = 1 << 14
-	bmsrBase        = 0x7809 // 100BASE-TX/10BASE-T full and half, AN ability, extended capability
-	bmsrExtStatus   = 1 << 8 // 1000BASE-T registers present
-	bmcrDefault     = fec.BMCR_ANENABLE | fec.BMCR_SPEED100 | fec.BMCR_FULLDPLX
-	gbcrDefault     = fec.GBCR_1000FULL | 1<<8
-	anarDefault     = 0x01E1
-	phyID1, phyID2  = 0x0022, 0x1560 // KSZ8081
-	phyGbitID2      = 0x1611         // KSZ9021
-	adv10_100       = fec.ADV_100FULL | fec.ADV_100HALF | fec.ADV_10FULL | fec.ADV_10HALF
-	defaultAdvertis = adv10_100 | 1
+	miiANER        = 6      // autonegotiation expansion
+	anerLPANAble   = 1 << 0 // the link partner autonegotiates
+	anlparACK      = 1 << 14
+	bmsrBase       = 0x7809 // 100BASE-TX/10BASE-T full and half, AN ability, extended capability
+	bmsrExtStatus  = 1 << 8 // 1000BASE-T registers present
+	bmcrDefault    = fec.BMCR_ANENABLE | fec.BMCR_SPEED100 | fec.BMCR_FULLDPLX
+	gbcrDefault    = fec.GBCR_1000FULL | 1<<8
+	anarDefault    = 0x01E1
+	phyID1, phyID2 = 0x0022, 0x1560 // KSZ8081
+	phyGbitID2     = 0x1611         // KSZ9021
 )
 
 // phy is a clause-22 PHY negotiating with a configurable link partner
