@@ -65,11 +65,30 @@ func (c *NICControls) IdleNanoseconds() int64 { return c.Idle() }
 
 // NICStats is the "nic" member of /stats.
 type NICStats struct {
+	Link     LinkStats         `json:"link"`
 	Driver   fec.Stats         `json:"driver"`
 	Endpoint netstack.Stats    `json:"endpoint"`
 	MIB      map[string]uint32 `json:"mib"`
 	IRQs     int64             `json:"irqs"`
 	IRQNs    int64             `json:"irq_ns"`
+}
+
+// LinkStats is the link as the driver runs it: up or down, speed and
+// duplex of the last negotiation, and how often it went up and down.
+type LinkStats struct {
+	Up        bool   `json:"up"`
+	SpeedMbps int    `json:"speed_mbps"`
+	Duplex    string `json:"duplex"`
+	Ups       uint64 `json:"ups"`
+	Downs     uint64 `json:"downs"`
+}
+
+func linkStats(st fec.Stats) LinkStats {
+	d := "half"
+	if st.Link.FullDuplex {
+		d = "full"
+	}
+	return LinkStats{Up: st.Link.Up, SpeedMbps: st.Link.Speed, Duplex: d, Ups: st.LinkUps, Downs: st.LinkDowns}
 }
 
 // Stats implements Controls.
@@ -78,7 +97,8 @@ func (c *NICControls) Stats() any {
 	for _, x := range c.NIC.MIB() {
 		m[x.Name] = x.Value
 	}
-	st := NICStats{Driver: c.NIC.Stats(), Endpoint: c.EP.Stats(), MIB: m}
+	drv := c.NIC.Stats()
+	st := NICStats{Link: linkStats(drv), Driver: drv, Endpoint: c.EP.Stats(), MIB: m}
 	if c.Interrupts != nil {
 		st.IRQs, st.IRQNs = c.Interrupts()
 	}
