@@ -3,6 +3,7 @@ package iperf3
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -57,10 +58,13 @@ type clientReport struct {
 }
 
 type sum struct {
-	Bytes   uint64  `json:"bytes"`
-	Seconds float64 `json:"seconds"`
-	Bps     float64 `json:"bits_per_second"`
-	Sender  bool    `json:"sender"`
+	Bytes       uint64  `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	Bps         float64 `json:"bits_per_second"`
+	Sender      bool    `json:"sender"`
+	JitterMs    float64 `json:"jitter_ms"`
+	LostPackets uint64  `json:"lost_packets"`
+	Packets     uint64  `json:"packets"`
 }
 
 type udpSum struct {
@@ -91,9 +95,130 @@ func runClient(t *testing.T, ts *testServer, args ...string) (clientReport, stri
 	return r, string(out)
 }
 
-func TestScratch(t *testing.T) {
+
+// TestStockClient runs the distribution's iperf3 client against the
+// server in every mode the firmware promises and checks the client's
+// report against itself and against the server's own counters.
+func TestStockClient(t *testing.T) {
+	iperf3Path(t)
+	const mib = 1 << 20
+	cases := []struct {
+		name    string
+		args    []string
+		udp     bool
+		reverse bool // the server sends
+		bidir   bool
+		streams int
+		minSent uint64 // -n: the sender must reach it
+		omit    bool   // -O: each side starts counting on its own clock
+	}{
+		{name: "tcp", args: []string{"-t", "1"}, streams: 1},
+		{name: "tcp-R", args: []string{"-t", "1", "-R"}, reverse: true, streams: 1},
+		{name: "tcp-P4", args: []string{"-t", "1", "-P", "4"}, streams: 4},
+		{name: "tcp-R-P4", args: []string{"-t", "1", "-P", "4", "-R"}, reverse: true, streams: 4},
+		{name: "tcp-n", args: []string{"-n", "8M"}, streams: 1, minSent: 8 * mib},
+		{name: "tcp-R-n", args: []string{"-n", "8M", "-R"}, reverse: true, streams: 1, minSent: 8 * mib},
+		{name: "tcp-R-k", args: []string{"-k", "40", "-l", "64K", "-R"}, reverse: true, streams: 1, minSent: 40 * 64 << 10},
+		{name: "tcp-bidir", args: []string{"-t", "1", "--bidir"}, bidir: true, streams: 1},
+		{name: "tcp-O", args: []string{"-t", "1", "-O", "1"}, streams: 1, omit: true},
+		{name: "udp", args: []string{"-t", "1", "-u", "-b", "10M"}, udp: true, streams: 1},
+		{name: "udp-R", args: []string{"-t", "1", "-u", "-b", "10M", "-R"}, udp: true, reverse: true, streams: 1},
+		{name: "udp-P2-64", args: []string{"-t", "1", "-u", "-b", "10M", "-P", "2", "--udp-counters-64bit"}, udp: true, streams: 2},
+		{name: "udp-R-64", args: []string{"-t", "1", "-u", "-b", "10M", "-R", "--udp-counters-64bit", "-l", "1400"}, udp: true, reverse: true, streams: 1},
+	}
 	ts := startServer(t, Config{})
-	_, out := runClient(t, ts, "-t", "1", "-u", "-b", "10M")
-	t.Log(out)
-	t.Logf("%+v", ts.Stats())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := ts.Stats()
+			r, raw := runClient(t, ts, tc.args...)
+			ts.idle(t)
+			st := ts.Stats()
+			if r.Error != "" {
+				t.Fatalf("client error %q; server: %+v\n%s", r.Error, st, raw)
+			}
+			if st.Completed != before.Completed+1 || st.Aborted != 0 || st.Last == nil {
+				t.Fatalf("server stats after the test: %+v", st)
+			}
+			last := st.Last
+			if last.Err != "" || last.Streams != tc.streams || last.Reverse != tc.reverse || last.Bidir != tc.bidir ||
+				(last.Protocol == "udp") != tc.udp {
+				t.Errorf("server result %+v does not match the test", *last)
+			}
+			wantStreams := tc.streams
+			if tc.bidir {
+				wantStreams *= 2
+			}
+			if len(r.End.Streams) != wantStreams {
+				t.Errorf("client reports %d streams, want %d", len(r.End.Streams), wantStreams)
+			}
+			sent, recv := r.End.SumSent, r.End.SumReceived
+			if sent == nil || recv == nil {
+				t.Fatalf("client report lacks sum_sent/sum_received:\n%s", raw)
+			}
+			if sent.Bytes == 0 || recv.Bytes == 0 || (recv.Bytes > sent.Bytes && !tc.omit) {
+				t.Errorf("client sums: sent %d, received %d bytes", sent.Bytes, recv.Bytes)
+			}
+			if tc.minSent > 0 && sent.Bytes < tc.minSent {
+				t.Errorf("sent %d bytes, limit asked %d", sent.Bytes, tc.minSent)
+			}
+			// The sums over the streams add up.
+			var ss, sr uint64
+			for _, s := range r.End.Streams {
+				if s.UDP != nil {
+					continue
+				}
+				if s.Sender == nil || s.Receiver == nil || s.Sender.Bytes == 0 || s.Receiver.Bytes == 0 {
+					t.Errorf("stream without traffic in the client report:\n%s", raw)
+					continue
+				}
+				if !tc.bidir {
+					ss += s.Sender.Bytes
+					sr += s.Receiver.Bytes
+				}
+			}
+			if !tc.udp && !tc.bidir && (ss != sent.Bytes || sr != recv.Bytes) {
+				t.Errorf("streams add up to %d/%d, sums say %d/%d", ss, sr, sent.Bytes, recv.Bytes)
+			}
+			// What the client reports for the server's side is what the
+			// server counted.
+			switch {
+			case tc.bidir:
+				if last.BytesSent == 0 || last.BytesReceived == 0 {
+					t.Errorf("bidirectional server counters: %+v", *last)
+				}
+			case tc.reverse:
+				if sent.Bytes != last.BytesSent || last.ClientBytes != recv.Bytes {
+					t.Errorf("server sent %d (client says %d), client received %d (server was told %d)",
+						last.BytesSent, sent.Bytes, recv.Bytes, last.ClientBytes)
+				}
+			default:
+				if recv.Bytes != last.BytesReceived || last.ClientBytes != sent.Bytes {
+					t.Errorf("server received %d (client says %d), client sent %d (server was told %d)",
+						last.BytesReceived, recv.Bytes, sent.Bytes, last.ClientBytes)
+				}
+			}
+			if tc.udp {
+				if tc.reverse {
+					if sent.Packets == 0 || sent.Packets != last.PacketsSent || recv.Packets == 0 {
+						t.Errorf("UDP -R: client says %d packets sent, %d received; server sent %d", sent.Packets, recv.Packets, last.PacketsSent)
+					}
+				} else if recv.Packets != last.Packets || recv.LostPackets != last.Lost || math.Abs(recv.JitterMs-last.Jitter*1000) > 1e-9 || recv.Packets == 0 {
+					t.Errorf("UDP: client says %d packets, %d lost, jitter %v ms; server counted %d, %d, %v s",
+						recv.Packets, recv.LostPackets, recv.JitterMs, last.Packets, last.Lost, last.Jitter)
+				}
+			}
+			cpu := r.End.CPU
+			if cpu == nil {
+				t.Fatalf("no cpu_utilization_percent in the client report")
+			}
+			// cJSON prints 15 significant digits when they round-trip
+			// the double, 17 otherwise: compare to 1e-12 relative.
+			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Max(math.Abs(a), math.Abs(b)) }
+			if !near(cpu.RemoteTotal, last.CPUTotal) || !near(cpu.RemoteUser, last.CPUUser) || !near(cpu.RemoteSystem, last.CPUSystem) || last.CPUTotal <= 0 {
+				t.Errorf("remote CPU %+v, server computed %v/%v/%v", *cpu, last.CPUTotal, last.CPUUser, last.CPUSystem)
+			}
+			t.Logf("sent %d B, received %d B in %.2f s (%.0f Mbit/s received); remote CPU %.1f%%",
+				sent.Bytes, recv.Bytes, recv.Seconds, recv.Bps/1e6, cpu.RemoteTotal)
+		})
+	}
 }

@@ -239,7 +239,7 @@ func parseResults(b []byte) (results, error) {
 		CPUTotal             *float64 `json:"cpu_util_total"`
 		CPUUser              *float64 `json:"cpu_util_user"`
 		CPUSystem            *float64 `json:"cpu_util_system"`
-		SenderHasRetransmits *int     `json:"sender_has_retransmits"`
+		SenderHasRetransmits *float64 `json:"sender_has_retransmits"` // 3.12 sends -1 as 2^64-1
 		Streams              *[]struct {
 			ID      *int     `json:"id"`
 			Bytes   *float64 `json:"bytes"`
@@ -255,7 +255,9 @@ func parseResults(b []byte) (results, error) {
 		return r, errors.New("results: a required key is missing")
 	}
 	r.CPUTotal, r.CPUUser, r.CPUSystem = *raw.CPUTotal, *raw.CPUUser, *raw.CPUSystem
-	r.SenderHasRetransmits = *raw.SenderHasRetransmits
+	if *raw.SenderHasRetransmits == 1 {
+		r.SenderHasRetransmits = 1
+	}
 	for i, s := range *raw.Streams {
 		if s.ID == nil || s.Bytes == nil || s.Jitter == nil || s.Errors == nil || s.Packets == nil {
 			return r, fmt.Errorf("results: stream %d: a required key is missing", i)

@@ -122,7 +122,7 @@ type Result struct {
 	Packets       uint64        // UDP: highest sequence number, summed over receiving streams
 	Lost          uint64        // UDP: gaps in the sequence numbers, net of late arrivals
 	OutOfOrder    uint64        // UDP: datagrams at or below the highest sequence seen
-	Jitter        float64       // UDP: the largest receiving stream's jitter, seconds
+	Jitter        float64       // UDP: mean of the receiving streams' jitter, seconds
 	PacketsSent   uint64        // UDP: datagrams the server sent
 	CPUTotal      float64       // percent, as reported to the client
 	CPUUser       float64

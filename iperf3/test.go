@@ -470,7 +470,7 @@ func (t *test) results(res *Result, start, end time.Time, cpu0, cpu1 *cpuSample)
 				res.Packets += u.highest
 				res.Lost += u.lost
 				res.OutOfOrder += u.outOfOrder
-				res.Jitter = max(res.Jitter, u.jitter)
+				res.Jitter += u.jitter / float64(p.Streams)
 			}
 		}
 		r.Streams = append(r.Streams, sr)
@@ -540,9 +540,10 @@ func (t *test) sendTCP(st *stream, start time.Time) {
 		if !t.pace(sent, start) {
 			return
 		}
+		counting := t.counting.Load() // the write starts inside the test
 		n, err := st.conn.Write(t.payload)
 		sent += uint64(n)
-		if t.counting.Load() {
+		if counting {
 			st.bytes.Add(uint64(n))
 			t.sent.Add(uint64(n))
 			t.blocks.Add(1)
@@ -570,6 +571,7 @@ func (t *test) sendUDP(st *stream, start time.Time) {
 		seq++
 		now := time.Now()
 		encodeUDPHeader(buf, udpHeader{sec: uint32(now.Unix()), usec: uint32(now.Nanosecond() / 1000), seq: seq}, t.p.Counters64)
+		counting := t.counting.Load()
 		n, err := t.s.udp.WriteTo(buf, st.peer)
 		sent += uint64(len(buf))
 		if err != nil {
@@ -582,7 +584,7 @@ func (t *test) sendUDP(st *stream, start time.Time) {
 			time.Sleep(time.Millisecond) // let the queue drain rather than spin
 			continue
 		}
-		if t.counting.Load() {
+		if counting {
 			st.bytes.Add(uint64(n))
 			st.packets.Store(seq)
 			t.sent.Add(uint64(n))
