@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -497,4 +499,71 @@ func TestSameHost(t *testing.T) {
 	if !sameHost(a, b) || sameHost(a, c) {
 		t.Fatal("sameHost compares IPs")
 	}
+}
+
+// TestBackToBack: a client that connects while the previous test waits
+// for its IPERF_DONE is served once that test ends, not refused, as
+// scripts run iperf3 back to back.
+func TestBackToBack(t *testing.T) {
+	ts := startServer(t, Config{})
+	a := dialFake(t, ts)
+	a.start(tcpParams)
+	a.tcpStream()
+	a.expect(stateTestStart)
+	a.expect(stateTestRunning)
+	a.send(stateByte(stateTestEnd))
+	a.expect(stateExchangeResults)
+	a.sendJSON(results{SenderHasRetransmits: -1, Streams: []streamResult{{ID: 1}}})
+	if _, err := readJSON(a.ctrl, maxResultsJSON); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(stateDisplayResults)
+
+	b := dialFake(t, ts)
+	// b waits for a; nothing arrives on b until a says IPERF_DONE.
+	b.ctrl.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := b.ctrl.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second client got %d bytes, %v before the first finished", n, err)
+	}
+	a.send(stateByte(stateIperfDone))
+	b.expect(stateParamExchange)
+	b.ctrl.Close()
+	settle(t, ts, "ClientGone", func(s Stats) uint64 { return s.ClientGone }, 1)
+	if st := ts.Stats(); st.Completed != 1 || st.Denied != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestStreamOrder: streams take their roles in the order they connected,
+// even when a later one's cookie is read first. With --bidir the client's
+// first stream sends and its second receives.
+func TestStreamOrder(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := dialFake(t, ts)
+	c.start(map[string]any{"tcp": true, "time": 1, "parallel": 1, "bidirectional": true, "len": 1000})
+	first := c.dial(nil)
+	waitFor(t, "first stream accepted", func() bool { return ts.Goroutines() == 4 }) // UDP reader, control, control reader, first stream
+	second := c.tcpStream()
+	waitFor(t, "second stream registered", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return len(ts.active.streams) == 1
+	})
+	first.Write(c.cookie)
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	second.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.ReadFull(second, make([]byte, 1000)); err != nil {
+		t.Fatalf("the server does not send on the second stream: %v", err)
+	}
+	if _, err := first.Write(make([]byte, 300)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "300 bytes received on the first stream", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.active.streams[0].bytes.Load() == 300 && !ts.active.streams[0].sender
+	})
+	c.finish(300)
+	ts.idle(t)
 }

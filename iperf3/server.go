@@ -164,6 +164,7 @@ func (s *Server) Serve() error {
 	if s.udp != nil && !s.spawn(s.readUDP) {
 		return nil
 	}
+	var order uint64 // connections accepted, to number streams in order
 	for {
 		c, err := s.tcp.Accept()
 		if err != nil {
@@ -185,7 +186,9 @@ func (s *Server) Serve() error {
 			c.Close()
 			continue
 		}
-		if !s.spawn(func() { s.handle(c) }) {
+		order++
+		n := order
+		if !s.spawn(func() { s.handle(c, n) }) {
 			<-s.pending
 			c.Close()
 		}
@@ -287,7 +290,7 @@ func (s *Server) deny(c net.Conn) {
 
 // handle reads a new connection's cookie and makes it a stream of the
 // running test, refuses it, or runs a new test on it.
-func (s *Server) handle(c net.Conn) {
+func (s *Server) handle(c net.Conn, order uint64) {
 	s.mu.Lock()
 	select {
 	case <-s.closed:
@@ -316,13 +319,37 @@ func (s *Server) handle(c net.Conn) {
 		s.deny(c)
 		return
 	}
-	s.mu.Lock()
-	if t := s.active; t != nil {
-		if t.cookie == ck && t.addTCPStream(c) {
+	waited := false
+	for {
+		s.mu.Lock()
+		t := s.active
+		if t == nil {
+			break // with s.mu held
+		}
+		if t.cookie == ck && t.addTCPStream(c, order) {
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Unlock()
+		// A client that starts as soon as the previous one has its
+		// results waits for that test's last byte instead of being
+		// refused.
+		select {
+		case <-t.wrapping:
+			if !waited {
+				waited = true
+				tm := time.NewTimer(s.cfg.HandshakeTimeout)
+				select {
+				case <-t.over:
+					tm.Stop()
+					continue
+				case <-tm.C:
+				case <-s.closed:
+					tm.Stop()
+				}
+			}
+		default:
+		}
 		s.refuse(&s.stats.Denied, "connection from %v denied: a test is running", c.RemoteAddr())
 		s.deny(c)
 		return
@@ -343,6 +370,7 @@ func (s *Server) handle(c net.Conn) {
 
 	s.mu.Lock()
 	s.active = nil
+	close(t.over)
 	if res != nil {
 		s.stats.Last = res
 	}
@@ -360,6 +388,7 @@ func (s *Server) handle(c net.Conn) {
 // running test's stream for its source address.
 func (s *Server) readUDP() {
 	buf := make([]byte, 64<<10)
+	var order uint64 // datagrams read, to number streams in order
 	for {
 		n, addr, err := s.udp.ReadFrom(buf)
 		if err != nil {
@@ -376,14 +405,16 @@ func (s *Server) readUDP() {
 				return
 			}
 			s.logf("iperf3: UDP receive: %v", err)
+			time.Sleep(10 * time.Millisecond) // do not spin on a persistent error
 			continue
 		}
-		s.datagram(buf[:n], addr, time.Now())
+		order++
+		s.datagram(buf[:n], addr, time.Now(), order)
 	}
 }
 
 // datagram dispatches one UDP datagram.
-func (s *Server) datagram(b []byte, from net.Addr, now time.Time) {
+func (s *Server) datagram(b []byte, from net.Addr, now time.Time, order uint64) {
 	key := from.String()
 	s.mu.Lock()
 	t := s.active
@@ -395,7 +426,7 @@ func (s *Server) datagram(b []byte, from net.Addr, now time.Time) {
 	st := t.udpPeers[key]
 	if st == nil {
 		if len(b) == 4 && t.phase == phaseCreate && sameHost(from, t.ctrl.RemoteAddr()) {
-			if st = t.addStreamLocked(); st != nil {
+			if st = t.addStreamLocked(order); st != nil {
 				st.peer = from
 				t.udpPeers[key] = st
 				s.mu.Unlock()

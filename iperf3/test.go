@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ const (
 
 // stream is one data connection of a test.
 type stream struct {
+	order  uint64 // when it connected, for numbering
 	id     int
 	sender bool     // the server sends on it
 	conn   net.Conn // TCP
@@ -54,6 +56,9 @@ type test struct {
 	udpPeers map[string]*stream
 	ready    chan struct{} // closed when the last stream arrives
 
+	wrapping chan struct{} // closed once DISPLAY_RESULTS is sent
+	over     chan struct{} // closed once the server is free again
+
 	counting atomic.Bool   // bytes count between TEST_START and TEST_END
 	quit     chan struct{} // closed when the test ends: senders stop
 	wg       sync.WaitGroup
@@ -64,7 +69,7 @@ type test struct {
 
 func newTest(s *Server, c net.Conn, ck [CookieSize]byte) *test {
 	return &test{s: s, ctrl: c, cookie: ck, udpPeers: make(map[string]*stream),
-		ready: make(chan struct{}), quit: make(chan struct{})}
+		ready: make(chan struct{}), quit: make(chan struct{}), wrapping: make(chan struct{}), over: make(chan struct{})}
 }
 
 // abort carries why a test ended early and which counter to bump.
@@ -78,13 +83,13 @@ func (t *test) fail(counter *uint64, code int32, format string, a ...any) *abort
 	return &abort{counter: counter, code: code, err: fmt.Errorf(format, a...)}
 }
 
-// addTCPStream adopts c as the next stream if the test is waiting for
-// TCP streams; the caller holds s.mu.
-func (t *test) addTCPStream(c net.Conn) bool {
+// addTCPStream adopts c, accepted as the order-th connection, as a
+// stream if the test is waiting for TCP streams; the caller holds s.mu.
+func (t *test) addTCPStream(c net.Conn, order uint64) bool {
 	if t.p.UDP {
 		return false
 	}
-	st := t.addStreamLocked()
+	st := t.addStreamLocked(order)
 	if st == nil {
 		return false
 	}
@@ -92,28 +97,34 @@ func (t *test) addTCPStream(c net.Conn) bool {
 	return true
 }
 
-// addStreamLocked appends the next stream while CREATE_STREAMS lasts:
-// receiving streams first, then sending ones, numbered 1, 3, 4, 5...
-// as the reference implementation numbers them. The caller holds s.mu.
-func (t *test) addStreamLocked() *stream {
+// addStreamLocked appends a stream while CREATE_STREAMS lasts. The caller
+// holds s.mu. Once all have come, they are put back in the order they
+// connected (cookies are read concurrently, so they may register out of
+// order) and given their roles and numbers as the reference
+// implementation does: receiving streams first, then sending ones,
+// numbered 1, 3, 4, 5...
+func (t *test) addStreamLocked(order uint64) *stream {
 	if t.phase != phaseCreate || len(t.streams) >= t.want {
 		return nil
 	}
-	n := len(t.streams)
-	st := &stream{id: 1}
-	if n > 0 {
-		st.id = n + 2
-	}
-	switch {
-	case t.p.Bidir:
-		st.sender = n >= t.p.Streams
-	default:
-		st.sender = t.p.Reverse
-	}
+	st := &stream{order: order}
 	t.streams = append(t.streams, st)
-	if len(t.streams) == t.want {
-		close(t.ready)
+	if len(t.streams) < t.want {
+		return st
 	}
+	sort.Slice(t.streams, func(i, j int) bool { return t.streams[i].order < t.streams[j].order })
+	for n, sm := range t.streams {
+		sm.id = 1
+		if n > 0 {
+			sm.id = n + 2
+		}
+		if t.p.Bidir {
+			sm.sender = n >= t.p.Streams
+		} else {
+			sm.sender = t.p.Reverse
+		}
+	}
+	close(t.ready)
 	return st
 }
 
@@ -206,6 +217,9 @@ func (t *test) drive(res *Result, start, end *time.Time, cpu0 *cpuSample) *abort
 	if err != nil {
 		if t.closing() {
 			return t.fail(&st.ServerClosed, 0, "server closed")
+		}
+		if errors.Is(err, io.EOF) {
+			return t.fail(&st.ClientGone, 0, "closed before sending parameters")
 		}
 		return t.fail(&st.BadParams, ieRecvParams, "parameters: %w", err)
 	}
@@ -365,6 +379,8 @@ running:
 	if err := t.sendState(stateDisplayResults); err != nil {
 		return t.fail(&st.ClientGone, 0, "%w", err)
 	}
+	close(t.wrapping)
+
 	// The client closes after IPERF_DONE; either ends the test.
 	var one [1]byte
 	if _, err := io.ReadFull(t.ctrl, one[:]); err == nil && int8(one[0]) != stateIperfDone {
