@@ -3,6 +3,7 @@ package iperf3
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os/exec"
 	"strconv"
@@ -79,20 +80,28 @@ type udpSum struct {
 }
 
 // runClient runs the stock client against ts with args and decodes its
-// JSON report; the raw report is logged for the record.
+// JSON report; the raw report is returned for the record.
 func runClient(t *testing.T, ts *testServer, args ...string) (clientReport, string) {
 	t.Helper()
-	bin := iperf3Path(t)
+	r, out, err := clientRun(iperf3Path(t), ts, args...)
+	t.Logf("iperf3 -c 127.0.0.1 -p %d --json %s", ts.port, strings.Join(args, " "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, out
+}
+
+// clientRun is runClient without the testing.T, for other goroutines.
+func clientRun(bin string, ts *testServer, args ...string) (clientReport, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	full := append([]string{"-c", "127.0.0.1", "-p", strconv.Itoa(ts.port), "--json"}, args...)
 	out, err := exec.CommandContext(ctx, bin, full...).Output()
-	t.Logf("iperf3 %s", strings.Join(full, " "))
 	var r clientReport
 	if jerr := json.Unmarshal(out, &r); jerr != nil {
-		t.Fatalf("client output is not JSON (%v, exit %v):\n%s", jerr, err, out)
+		return r, string(out), fmt.Errorf("client output is not JSON (%v, exit %v):\n%s", jerr, err, out)
 	}
-	return r, string(out)
+	return r, string(out), nil
 }
 
 // TestStockClient runs the distribution's iperf3 client against the
@@ -225,5 +234,36 @@ func TestStockClient(t *testing.T) {
 			t.Logf("sent %d B, received %d B in %.2f s (%.0f Mbit/s received); remote CPU %.1f%%",
 				sent.Bytes, recv.Bytes, recv.Seconds, recv.Bps/1e6, cpu.RemoteTotal)
 		})
+	}
+}
+
+// TestStockClientBusy: a second stock client during a test is told the
+// server is busy, and the first test completes undisturbed.
+func TestStockClientBusy(t *testing.T) {
+	bin := iperf3Path(t)
+	ts := startServer(t, Config{})
+	first := make(chan clientReport, 1)
+	go func() {
+		r, _, err := clientRun(bin, ts, "-t", "2")
+		if err != nil {
+			r.Error = err.Error()
+		}
+		first <- r
+	}()
+	waitFor(t, "first test running", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.active != nil && ts.active.phase == phaseRunning
+	})
+	r, _ := runClient(t, ts, "-t", "1")
+	if !strings.Contains(r.Error, "busy") {
+		t.Errorf("second client: error %q, want the server-busy error", r.Error)
+	}
+	if r1 := <-first; r1.Error != "" || r1.End.SumReceived == nil || r1.End.SumReceived.Bytes == 0 {
+		t.Errorf("first client: error %q, report %+v", r1.Error, r1.End.SumReceived)
+	}
+	ts.idle(t)
+	if st := ts.Stats(); st.Denied != 1 || st.Completed != 1 || st.Aborted != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
