@@ -24,8 +24,9 @@ func iperf3Path(t *testing.T) string {
 
 // clientReport is the part of `iperf3 --json` the tests read.
 type clientReport struct {
-	Error string `json:"error"`
-	Start struct {
+	Error      string `json:"error"`
+	ServerText string `json:"server_output_text"`
+	Start      struct {
 		TestStart struct {
 			Protocol   string `json:"protocol"`
 			NumStreams int    `json:"num_streams"`
@@ -120,6 +121,7 @@ func TestStockClient(t *testing.T) {
 		minSent uint64 // -n: the sender must reach it
 		omit    bool   // -O: each side starts counting on its own clock
 		maxSent uint64 // -k -R: the server stops after the blocks asked
+		text    bool   // --get-server-output
 	}{
 		{name: "tcp", args: []string{"-t", "1"}, streams: 1},
 		{name: "tcp-R", args: []string{"-t", "1", "-R"}, reverse: true, streams: 1},
@@ -131,6 +133,7 @@ func TestStockClient(t *testing.T) {
 		// full blocks arrive; the server must not send more than 40.
 		{name: "tcp-R-k", args: []string{"-k", "40", "-l", "64K", "-R"}, reverse: true, streams: 1, maxSent: 40 * 64 << 10},
 		{name: "tcp-bidir", args: []string{"-t", "1", "--bidir"}, bidir: true, streams: 1},
+		{name: "tcp-server-output", args: []string{"-t", "1", "--get-server-output"}, streams: 1, text: true},
 		{name: "tcp-O", args: []string{"-t", "1", "-O", "1"}, streams: 1, omit: true},
 		{name: "udp", args: []string{"-t", "1", "-u", "-b", "10M"}, udp: true, streams: 1},
 		{name: "udp-R", args: []string{"-t", "1", "-u", "-b", "10M", "-R"}, udp: true, reverse: true, streams: 1},
@@ -220,6 +223,9 @@ func TestStockClient(t *testing.T) {
 					t.Errorf("UDP: client says %d packets, %d lost, jitter %v ms; server counted %d, %d, %v s",
 						recv.Packets, recv.LostPackets, recv.JitterMs, last.Packets, last.Lost, last.Jitter)
 				}
+			}
+			if tc.text && !strings.Contains(r.ServerText, "tamanic iperf3 server: tcp, 1 stream(s)") {
+				t.Errorf("server output %q", r.ServerText)
 			}
 			cpu := r.End.CPU
 			if cpu == nil {

@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// Parameter objects as the 3.12 client sends them (captured with
-// iperf3 --debug), plus edge cases.
+// Parameter objects exactly as the 3.12 client sends them (its --debug
+// output for -t 1; -u -b 10M -t 1 -P 2 -R --udp-counters-64bit;
+// -n 1M -O 1 -P 4 --bidir --get-server-output), plus edge cases.
 var paramSeeds = []string{
-	`{"tcp":true,"omit":0,"time":10,"num":0,"blockcount":0,"parallel":1,"len":131072,"pacing_timer":1000,"client_version":"3.12"}`,
+	`{"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"len":131072,"pacing_timer":1000,"client_version":"3.12"}`,
 	`{"udp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":2,"reverse":true,"len":32768,"bandwidth":10000000,"pacing_timer":1000,"udp_counters_64bit":1,"client_version":"3.12"}`,
-	`{"tcp":true,"omit":1,"time":0,"num":8388608,"blockcount":0,"parallel":4,"bidirectional":true,"len":65536,"get_server_output":1}`,
+	`{"tcp":true,"omit":1,"time":0,"num":1048576,"blockcount":0,"parallel":4,"bidirectional":true,"len":131072,"pacing_timer":1000,"get_server_output":1,"client_version":"3.12"}`,
 	`{"udp":true,"tcp":true}`, `{"parallel":1e308}`, `{"len":-1}`, `[]`, `null`, `{"time":NaN}`, `{"client_version":5}`,
 }
 
