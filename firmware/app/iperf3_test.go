@@ -219,6 +219,11 @@ func TestIperf3OverGonet(t *testing.T) {
 				args, e.SumSent.Bytes, e.SumReceived.Bytes, e.SumReceived.Bps/1e6, e.CPU.RemoteTotal)
 		})
 	}
+	// The client is done once it has its results; the server counts the
+	// test when the client's IPERF_DONE or close arrives.
+	for deadline := time.Now().Add(20 * time.Second); ip.Busy() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if st := ip.Stats(); st.Completed != 4 || st.Aborted != 0 {
 		t.Errorf("server stats %+v", st)
 	}
