@@ -56,7 +56,7 @@ type test struct {
 	udpPeers map[string]*stream
 	ready    chan struct{} // closed when the last stream arrives
 
-	wrapping chan struct{} // closed once DISPLAY_RESULTS is sent
+	wrapping chan struct{} // closed just before DISPLAY_RESULTS is sent
 	over     chan struct{} // closed once the server is free again
 
 	counting atomic.Bool   // bytes count between TEST_START and TEST_END
@@ -376,10 +376,13 @@ running:
 	if err := writeJSON(t.ctrl, ours); err != nil {
 		return t.fail(&st.ClientGone, 0, "%w", err)
 	}
+	// From here a new client waits for this test to end rather than
+	// being denied; marked before DISPLAY_RESULTS leaves, so that a client
+	// started when the previous one exits always finds it marked.
+	close(t.wrapping)
 	if err := t.sendState(stateDisplayResults); err != nil {
 		return t.fail(&st.ClientGone, 0, "%w", err)
 	}
-	close(t.wrapping)
 
 	// The client closes after IPERF_DONE; either ends the test.
 	var one [1]byte
