@@ -320,7 +320,6 @@ func TestClientMisbehavesMidTest(t *testing.T) {
 	c.ctrl.Close()
 	settle(t, ts, "ClientGone", func(s Stats) uint64 { return s.ClientGone }, 1)
 
-
 	// Sends a state that means nothing here.
 	c, _ = running()
 	c.send(99)
