@@ -138,6 +138,7 @@ func TestStockClient(t *testing.T) {
 		{name: "udp", args: []string{"-t", "1", "-u", "-b", "10M"}, udp: true, streams: 1},
 		{name: "udp-R", args: []string{"-t", "1", "-u", "-b", "10M", "-R"}, udp: true, reverse: true, streams: 1},
 		{name: "udp-P2-64", args: []string{"-t", "1", "-u", "-b", "10M", "-P", "2", "--udp-counters-64bit"}, udp: true, streams: 2},
+		{name: "udp-bidir", args: []string{"-t", "1", "-u", "-b", "10M", "--bidir", "-l", "1400"}, udp: true, bidir: true, streams: 1},
 		{name: "udp-R-64", args: []string{"-t", "1", "-u", "-b", "10M", "-R", "--udp-counters-64bit", "-l", "1400"}, udp: true, reverse: true, streams: 1},
 	}
 	ts := startServer(t, Config{})
