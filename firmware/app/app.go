@@ -122,6 +122,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("app: udp %d: %v", EchoPort, err)
 	}
+	if _, err := s.StartIperf3(); err != nil {
+		return err
+	}
 	go accept(sink, s.serveSink)
 	go accept(src, s.serveSource)
 	go s.echo(udp)
