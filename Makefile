@@ -43,10 +43,12 @@ cross:
 	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
 	else echo "cross: SKIP ARM test run: qemu-arm (Debian package qemu-user) not installed"; fi
 
-## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage)
+## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage).
+## CONTROL_TOKEN=secret opens POST /mode to "Authorization: Bearer secret"; without it the control port is closed.
+CONTROL_TOKEN ?=
 firmware:
 	@mkdir -p build
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000 $(if $(CONTROL_TOKEN),-X github.com/tamanic/tamanic/firmware/app.BuildControlToken=$(CONTROL_TOKEN))" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \

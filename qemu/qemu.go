@@ -53,8 +53,15 @@ var Boards = map[string][]string{
 	"mcimx7d":   {"-machine", "mcimx7d-sabre", "-cpu", "cortex-a7", "-m", "1G"},
 }
 
+// ControlToken is the control token every image Build makes is linked
+// with (app.BuildControlToken): the harness's own, so that its POST /mode
+// requests are authorised while images built without a token keep the
+// control port closed.
+const ControlToken = "tamanic-qemu-harness"
+
 // Build compiles the firmware for board (see Boards) into dir and returns
-// the ELF's path. root is the module root.
+// the ELF's path. root is the module root. The image accepts POST /mode
+// with ControlToken.
 func Build(ctx context.Context, root, dir, board string) (string, error) {
 	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
 	if err != nil {
@@ -62,7 +69,7 @@ func Build(ctx context.Context, root, dir, board string) (string, error) {
 	}
 	elf := filepath.Join(dir, "tamanic-"+board+".elf")
 	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
-		"-ldflags", "-T 0x80010000 -R 0x1000", "-o", elf, "./firmware/"+board)
+		"-ldflags", "-T 0x80010000 -R 0x1000 -X github.com/tamanic/tamanic/firmware/app.BuildControlToken="+ControlToken, "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -101,10 +108,13 @@ type Machine struct {
 	Boot  time.Duration
 	// Host ports forwarded to the guest's services.
 	SinkPort, SourcePort, HTTPPort, EchoPort int
-	GDBPort                                  int // 0 unless Options.GDB
-	done                                     chan struct{}
-	mu                                       sync.Mutex
-	lines                                    []string
+	// IperfPort is forwarded to the guest's iperf3 server (5201) for TCP
+	// and UDP alike, as the iperf3 client uses one port number for both.
+	IperfPort int
+	GDBPort   int // 0 unless Options.GDB
+	done      chan struct{}
+	mu        sync.Mutex
+	lines     []string
 }
 
 func freePorts(n int) ([]int, error) {
@@ -126,15 +136,38 @@ func freePorts(n int) ([]int, error) {
 	return ps, nil
 }
 
+// freeTCPAndUDPPort returns a loopback port number free for TCP and for UDP.
+func freeTCPAndUDPPort() (int, error) {
+	for range 32 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("no port free for both TCP and UDP in 32 tries")
+}
+
 // Boot starts QEMU and waits for the firmware's READY line.
 func Boot(ctx context.Context, o Options) (*Machine, error) {
 	ps, err := freePorts(5)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)
 	}
-	m := &Machine{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], done: make(chan struct{})}
-	fwd := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d",
-		m.SinkPort, app.SinkPort, m.SourcePort, app.SourcePort, m.HTTPPort, app.HTTPPort, m.EchoPort, app.EchoPort)
+	ip, err := freeTCPAndUDPPort()
+	if err != nil {
+		return nil, fmt.Errorf("qemu: free ports: %w", err)
+	}
+	m := &Machine{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], IperfPort: ip, done: make(chan struct{})}
+	fwd := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d",
+		m.SinkPort, app.SinkPort, m.SourcePort, app.SourcePort, m.HTTPPort, app.HTTPPort, m.EchoPort, app.EchoPort,
+		m.IperfPort, app.IperfPort, m.IperfPort, app.IperfPort)
 	board := o.Board
 	if board == "" {
 		board = "mx6ullevk"
@@ -344,8 +377,7 @@ func (m *Machine) SetSinkHash(on bool) error {
 }
 
 func (m *Machine) post(query string) error {
-	u := fmt.Sprintf("http://127.0.0.1:%d/mode?%s", m.HTTPPort, query)
-	r, err := (&http.Client{Timeout: 60 * time.Second}).Post(u, "text/plain", nil)
+	r, err := m.PostMode(query, "Bearer "+ControlToken)
 	if err != nil {
 		return err
 	}
@@ -355,4 +387,35 @@ func (m *Machine) post(query string) error {
 		return fmt.Errorf("qemu: /mode: %s: %s", r.Status, b)
 	}
 	return nil
+}
+
+// PostMode posts /mode?query with the given Authorization header (none
+// when empty) and returns the response.
+func (m *Machine) PostMode(query, authorization string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/mode?%s", m.HTTPPort, query), nil)
+	if err != nil {
+		return nil, err
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	return (&http.Client{Timeout: 60 * time.Second}).Do(req)
+}
+
+// Iperf3 runs the stock iperf3 client against the guest's iperf3 server
+// with --json and the given arguments, and returns its JSON report.
+func (m *Machine) Iperf3(ctx context.Context, args ...string) (map[string]any, error) {
+	a := append([]string{"-c", "127.0.0.1", "-p", strconv.Itoa(m.IperfPort), "--json"}, args...)
+	out, err := exec.CommandContext(ctx, "iperf3", a...).Output()
+	var rep map[string]any
+	if jerr := json.Unmarshal(out, &rep); jerr != nil {
+		return nil, fmt.Errorf("qemu: iperf3 %s: %v (exit: %v)\n%s", strings.Join(args, " "), jerr, err, out)
+	}
+	if e, ok := rep["error"]; ok {
+		return rep, fmt.Errorf("qemu: iperf3 %s: %v", strings.Join(args, " "), e)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("qemu: iperf3 %s: %w", strings.Join(args, " "), err)
+	}
+	return rep, nil
 }

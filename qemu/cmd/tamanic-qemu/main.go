@@ -41,8 +41,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("# %s\n# booted in %v; sink 127.0.0.1:%d, source 127.0.0.1:%d, http://127.0.0.1:%d/, udp echo 127.0.0.1:%d\n",
-		m.CommandLine(), m.Boot, m.SinkPort, m.SourcePort, m.HTTPPort, m.EchoPort)
+	fmt.Printf("# %s\n# booted in %v; sink 127.0.0.1:%d, source 127.0.0.1:%d, http://127.0.0.1:%d/, udp echo 127.0.0.1:%d, iperf3 -c 127.0.0.1 -p %d\n",
+		m.CommandLine(), m.Boot, m.SinkPort, m.SourcePort, m.HTTPPort, m.EchoPort, m.IperfPort)
+	fmt.Printf("# control: curl -X POST -H 'Authorization: Bearer %s' 'http://127.0.0.1:%d/mode?tx=sg'\n", qemu.ControlToken, m.HTTPPort)
 	<-ctx.Done()
 	m.Stop()
 }
