@@ -54,9 +54,11 @@ type Stats struct {
 	RxPackets, RxBytes               uint64
 	// Dropped on receive: frames the NIC reported bad, frames too short
 	// for Ethernet, unknown EtherTypes (VLAN-tagged included), checksum
-	// failures found in software, and fragments of UDP datagrams whose
-	// checksum failed or that could not be verified (overlaps, evicted or
-	// timed out while incomplete).
+	// failures found in software (and, with RX offload advertised, IP
+	// frames too malformed to verify), and fragments of datagrams whose
+	// TCP or UDP checksum failed or that could not be verified (overlaps,
+	// a header chain past the first fragment, evicted or timed out while
+	// incomplete).
 	RxNICErrors, RxRunts, RxUnknownType, RxBadCsum, RxFragDrops uint64
 	// RxSoftCsum counts frames whose checksums the endpoint verified in
 	// software because the hardware had not.
@@ -549,12 +551,9 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 	}
 	p.RXChecksumValidated = true
 	switch {
-	case h.Proto == pkt.ProtoTCP && !h.Fragment:
-		// GRO merges only TCP. Everything else bypasses it: this gVisor's
-		// gro.dispatch6 leaks a buffer clone for every IPv6 packet that is
-		// not TCP (found by the leak checker in TestUDPDatagramsUpTo64KiB).
-		e.gro.Enqueue(p)
 	case h.Fragment:
+		// Fragments of any protocol are held until their datagram is
+		// complete and its TCP or UDP checksum verified (fragcheck.go).
 		ready, dropped := e.frag.add(b, h, p)
 		if dropped > 0 {
 			e.count(func(s *Stats) { s.RxFragDrops += uint64(dropped) })
@@ -564,6 +563,11 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 			q.DecRef()
 		}
 		return
+	case h.Proto == pkt.ProtoTCP:
+		// GRO merges only TCP. Everything else bypasses it: this gVisor's
+		// gro.dispatch6 leaks a buffer clone for every IPv6 packet that is
+		// not TCP (found by the leak checker in TestUDPDatagramsUpTo64KiB).
+		e.gro.Enqueue(p)
 	default:
 		d.DeliverNetworkPacket(proto, p)
 	}
@@ -579,14 +583,16 @@ const (
 )
 
 // softVerify checks in software the IPv4 header and TCP/UDP checksums the
-// hardware did not verify. UDP over IP fragments is left to fragCheck
-// (h.Fragment is set).
+// hardware did not verify. It is the only check these packets get: with
+// RX offload advertised, gVisor trusts every checksum. Fragments (of any
+// protocol, IPv4 or IPv6) are left to fragCheck, which sees the whole
+// datagram (h.Fragment is set). A frame it cannot parse is bad: gVisor
+// could not parse it either, but the endpoint does not bet a checksum on
+// that.
 func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) {
 	h, err := pkt.Parse(f)
 	if err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
-		// Malformed: gVisor's own parser rejects it. Clear Fragment so it
-		// is not held.
-		return pkt.Headers{CsumOff: -1}, verdictSoft
+		return pkt.Headers{CsumOff: -1}, verdictBad
 	}
 	v := verdictHW
 	if !h.IPv6 && !ipOK {
@@ -595,10 +601,18 @@ func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) 
 			return h, verdictBad
 		}
 	}
-	if h.Fragment || h.CsumOff < 0 || l4OK {
-		return h, v // fragments go to fragCheck; others carry no checksum
+	if h.Fragment {
+		return h, v // fragCheck verifies the datagram
 	}
-	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
+	if h.Proto != pkt.ProtoTCP && h.Proto != pkt.ProtoUDP {
+		return h, v // gVisor checks other protocols' checksums itself
+	}
+	if l4OK {
+		return h, v
+	}
+	if ok, checked := pkt.TransportOK(f, h); !ok && (checked || h.Proto == pkt.ProtoTCP || h.IPv6) {
+		// A bad sum, or no sum where one is required: TCP always,
+		// UDP over IPv6 (RFC 8200 8.1); or a header cut short.
 		return h, verdictBad
 	}
 	return h, verdictSoft
