@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -51,7 +52,12 @@ type Options struct {
 type Stats struct {
 	TxPackets, TxGSOPackets, TxBytes uint64
 	TxRingFull, TxErrors             uint64 // refused; failed completions
-	RxPackets, RxBytes               uint64
+	// A host-GSO packet beyond the device's segment or view limits is sent
+	// in pieces: TxSplitPieces counts the pieces, TxGathered those whose
+	// views were gathered into one buffer, TxCutShort the packets whose
+	// remaining pieces were given up after waiting for descriptors.
+	TxSplitPieces, TxGathered, TxCutShort uint64
+	RxPackets, RxBytes                    uint64
 	// Dropped on receive: frames the NIC reported bad, frames too short
 	// for Ethernet, unknown EtherTypes (VLAN-tagged included), checksum
 	// failures found in software (and, with RX offload advertised, IP
@@ -91,8 +97,9 @@ type Endpoint struct {
 	exited     chan struct{} // closed when the latest receive goroutine returns
 	wg         sync.WaitGroup
 
-	txMu  sync.Mutex
-	frags [][]byte // scratch for walking a packet's views
+	txMu   sync.Mutex
+	frags  [][]byte      // scratch for walking a packet's views
+	txKick chan struct{} // signalled by every TX completion
 
 	gro  gro.GRO // receive goroutine only
 	frag fragCheck
@@ -121,7 +128,8 @@ func New(o Options) (*Endpoint, error) {
 	if info.MaxFrame < 60+header.EthernetMinimumSize {
 		return nil, fmt.Errorf("netstack: device max frame %d too small", info.MaxFrame)
 	}
-	e := &Endpoint{dev: o.Device, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:])}
+	e := &Endpoint{dev: o.Device, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:]),
+		txKick: make(chan struct{}, 1)}
 	// Room for one VLAN tag: a 1518-byte frame carries a 1500-byte MTU.
 	e.mtu.Store(uint32(info.MaxFrame - header.EthernetMinimumSize - 4))
 	if info.Segmentation && info.MaxGSOSegments*minMSS < 161+minMSS {
@@ -362,8 +370,10 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 				payload = e.frags
 				payload[0] = rest
 			}
-			err = e.dev.TransmitGSO(hdr, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
-				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)}, p)
+			l3 := len(p.LinkHeader().Slice())
+			l4 := l3 + len(p.NetworkHeader().Slice())
+			err = e.writeGSO(p, hdr, l3, l4, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
+				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)})
 		}
 	} else {
 		// Checksums are complete: TX offload is not advertised.
@@ -389,17 +399,144 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 	return nil
 }
 
+// gsoWait bounds how long writeGSO waits for descriptors in the middle of
+// a split packet before it gives up on the rest (which TCP then sees as
+// lost and retransmits).
+const gsoWait = 500 * time.Millisecond
+
+// writeGSO hands a host-GSO TCP packet (headers hdr, IP header at l3, TCP
+// header at l4) to the device. What fits the device's limits goes whole.
+// A packet that does not (more segments than MaxGSOSegments, which a small
+// MSS makes of 64 KiB, or more views than MaxGSOViews, which many small
+// writes make) is split into pieces that do, each with its own copy of the
+// headers (sequence number advanced, IPv4 ID advanced by the segments
+// before it, FIN and PSH only on the last piece, CWR only on the first),
+// and a piece with too many views has them gathered into one buffer. The
+// pieces are queued one after another; if the ring fills between them,
+// writeGSO waits for completions (at most gsoWait). It returns an error
+// only when nothing was queued.
+func (e *Endpoint) writeGSO(p *stack.PacketBuffer, hdr []byte, l3, l4 int, payload [][]byte, o tso.Options) error {
+	total := 0
+	for _, v := range payload {
+		total += len(v)
+	}
+	maxSegs := min(e.info.MaxGSOSegments, tso.MaxSegments)
+	maxViews := max(1, e.info.MaxGSOViews)
+	if o.MSS <= 0 || maxSegs < 1 || (total+o.MSS-1)/o.MSS <= maxSegs && len(payload) <= maxViews {
+		return e.dev.TransmitGSO(hdr, payload, o, p)
+	}
+	h := &gsoHold{p: p}
+	h.left.Store(1) // writeGSO's own, dropped at the end
+	per := maxSegs * o.MSS
+	var deadline time.Time
+	view, voff, posted := 0, 0, 0
+	for off := 0; off < total; off += per {
+		n := min(per, total-off)
+		var pieces [][]byte
+		for k := n; k > 0; {
+			v := payload[view][voff:]
+			c := min(k, len(v))
+			if c > 0 {
+				pieces = append(pieces, v[:c])
+			}
+			k -= c
+			if voff += c; voff == len(payload[view]) {
+				view, voff = view+1, 0
+			}
+		}
+		if len(pieces) > maxViews {
+			buf := make([]byte, 0, n)
+			for _, pc := range pieces {
+				buf = append(buf, pc...)
+			}
+			pieces = [][]byte{buf}
+			h.mem = append(h.mem, buf)
+			e.count(func(s *Stats) { s.TxGathered++ })
+		}
+		hc := splitHeader(hdr, l3, l4, off, off/o.MSS, off == 0, off+n == total)
+		h.mem = append(h.mem, hc)
+		h.left.Add(1)
+		err := e.dev.TransmitGSO(hc, pieces, o, h)
+		for err != nil && posted > 0 && e.dev.Full(err) {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(gsoWait)
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+			select {
+			case <-e.txKick:
+			case <-time.After(time.Millisecond):
+			}
+			err = e.dev.TransmitGSO(hc, pieces, o, h)
+		}
+		if err != nil {
+			h.left.Add(-1)
+			if posted == 0 {
+				return err // nothing queued: the caller still owns p
+			}
+			e.count(func(s *Stats) { s.TxCutShort++ })
+			break
+		}
+		posted++
+		e.count(func(s *Stats) { s.TxSplitPieces++ })
+	}
+	h.done(e)
+	return nil
+}
+
+// splitHeader returns a copy of the TCP packet header hdr for the piece
+// that starts off payload bytes (segs segments) into the packet.
+func splitHeader(hdr []byte, l3, l4, off, segs int, first, last bool) []byte {
+	hc := append([]byte(nil), hdr...)
+	t := hc[l4:]
+	binary.BigEndian.PutUint32(t[4:], binary.BigEndian.Uint32(t[4:])+uint32(off))
+	const fin, psh, cwr = 0x01, 0x08, 0x80
+	if !last {
+		t[13] &^= fin | psh
+	}
+	if !first {
+		t[13] &^= cwr
+	}
+	if hc[l3]>>4 == 4 {
+		binary.BigEndian.PutUint16(hc[l3+4:], binary.BigEndian.Uint16(hc[l3+4:])+uint16(segs))
+	}
+	return hc
+}
+
+// gsoHold keeps the reference on a packet sent in pieces, and the memory
+// the pieces use (header copies, gathered payload), until every piece is
+// done.
+type gsoHold struct {
+	p    *stack.PacketBuffer
+	left atomic.Int32
+	mem  [][]byte
+}
+
+func (h *gsoHold) done(e *Endpoint) {
+	if h.left.Add(-1) == 0 {
+		h.mem = nil
+		e.held.Add(-1)
+		h.p.DecRef()
+	}
+}
+
 // txDone releases the reference taken in writePacket, exactly once.
 func (e *Endpoint) txDone(cookie any, err error) {
-	p, ok := cookie.(*stack.PacketBuffer)
-	if !ok {
-		return
-	}
 	if err != nil {
 		e.count(func(s *Stats) { s.TxErrors++ })
 	}
-	e.held.Add(-1)
-	p.DecRef()
+	select {
+	case e.txKick <- struct{}{}:
+	default:
+	}
+	switch c := cookie.(type) {
+	case *stack.PacketBuffer:
+		e.held.Add(-1)
+		c.DecRef()
+	case *gsoHold:
+		c.done(e)
+	}
 }
 
 func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan struct{}) {

@@ -99,8 +99,12 @@ type Options struct {
 
 // Limits.
 const (
-	// MinTCPMSS is the smallest TCP MSS accepted (Linux's TCP_MIN_MSS).
-	MinTCPMSS = 88
+	// MinTCPMSS is the smallest TCP MSS accepted: what gVisor's sender may
+	// use, its smallest peer MSS (header.TCPMinimumSendMSS, 48) less the
+	// 40 bytes of options it reserves. (It was Linux's TCP_MIN_MSS, 88, and
+	// every GSO packet of a connection whose peer advertised an MSS below
+	// 128 was refused.)
+	MinTCPMSS = 8
 	// MinUDPMSS is the smallest UDP payload or fragment size accepted.
 	MinUDPMSS = 8
 	// MaxSegments bounds the segments of one packet.

@@ -346,7 +346,10 @@ func TestTCPSegmentationIsValidAndReassembles(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for si, sp := range specs {
-		for _, mss := range []int{1448, 536, 88} {
+		for _, mss := range []int{1448, 536, 88, 80, 8} {
+			if (sp.payload+mss-1)/mss > MaxSegments {
+				continue
+			}
 			for _, mode := range modes {
 				hdr, pay := build(t, sp, rng)
 				tmpl := bytes.Clone(hdr)
@@ -590,7 +593,7 @@ func TestRejectsWithTypedErrors(t *testing.T) {
 		o    Options
 		want error
 	}{
-		{"MSS below minimum", tcp, tpay, Options{Type: TCP, MSS: 40}, ErrMSS},
+		{"MSS below minimum", tcp, tpay, Options{Type: TCP, MSS: MinTCPMSS - 1}, ErrMSS},
 		{"TCP type on UDP", udp, upay, Options{Type: TCP, MSS: 1000}, ErrType},
 		{"UDP GSO on TCP", tcp, tpay, Options{Type: UDPGSO, MSS: 1000}, ErrType},
 		{"fragmenting a DF datagram", udp, upay, Options{Type: UDPFragment, MSS: 1000}, ErrFragmentDF},
