@@ -172,10 +172,12 @@ func (p *prng) Read(b []byte) (int, error) {
 // every TCP endpoint of the stack.
 func (h *host) diag() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "endpoint %+v\n", h.ep.Stats())
-	st := h.rig.NIC.Stats()
-	fmt.Fprintf(&b, "nic tx %+v\nnic rx %+v\n", st.Tx, st.Rx)
-	fmt.Fprintf(&b, "model %+v\n", h.rig.Model.Stats())
+	if h.ep != nil { // not on gVisor's channel endpoints
+		fmt.Fprintf(&b, "endpoint %+v\n", h.ep.Stats())
+		st := h.rig.NIC.Stats()
+		fmt.Fprintf(&b, "nic tx %+v\nnic rx %+v\n", st.Tx, st.Rx)
+		fmt.Fprintf(&b, "model %+v\n", h.rig.Model.Stats())
+	}
 	ts := h.s.Stats().TCP
 	fmt.Fprintf(&b, "tcp sent %d sendErr %d retrans %d fastRecovery %d timeouts %d slowStartRetrans %d fastRetrans %d valid %d invalid %d checksumErr %d\n",
 		ts.SegmentsSent.Value(), ts.SegmentSendErrors.Value(), ts.Retransmits.Value(), ts.FastRecovery.Value(),
@@ -201,7 +203,9 @@ func (h *host) diag() string {
 			es.SendErrors.NoRoute.Value(), es.ReceiveErrors.ClosedReceiver.Value(),
 			es.ReceiveErrors.ZeroRcvWindowState.Value(), es.ReceiveErrors.WantZeroRcvWindow.Value())
 	}
-	fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())
+	if h.rig != nil {
+		fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())
+	}
 	return b.String()
 }
 
