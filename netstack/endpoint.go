@@ -86,9 +86,11 @@ type Endpoint struct {
 	dev  Device
 	info DeviceInfo
 	opts Options
-	addr tcpip.LinkAddress
 	mtu  atomic.Uint32
-	tso  atomic.Bool
+
+	addrMu sync.RWMutex
+	addr   tcpip.LinkAddress // guarded by addrMu
+	tso    atomic.Bool
 
 	mu         sync.Mutex
 	dispatcher stack.NetworkDispatcher
@@ -189,12 +191,23 @@ func (e *Endpoint) SetMTU(mtu uint32) {
 func (e *Endpoint) MaxHeaderLength() uint16 { return header.EthernetMinimumSize }
 
 // LinkAddress implements stack.LinkEndpoint.
-func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return e.addr }
+func (e *Endpoint) LinkAddress() tcpip.LinkAddress {
+	e.addrMu.RLock()
+	defer e.addrMu.RUnlock()
+	return e.addr
+}
 
 // SetLinkAddress implements stack.LinkEndpoint. The NIC's filter is
 // programmed with the address it was created with; changing it here only
-// changes the source address of outgoing frames.
-func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) { e.addr = a }
+// changes the source address of outgoing frames and which received frames
+// count as addressed to this host. The receive path reads the address
+// concurrently, so it is written under a lock (as gVisor's own endpoints
+// do).
+func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) {
+	e.addrMu.Lock()
+	e.addr = a
+	e.addrMu.Unlock()
+}
 
 // Capabilities implements stack.LinkEndpoint.
 //
@@ -553,6 +566,7 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		defer t.Stop()
 		tick = t.C
 	}
+	var backoff time.Duration
 	for {
 		select {
 		case <-stop:
@@ -565,9 +579,33 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		if c := e.opts.Clock; c != nil {
 			t0 = c()
 		}
-		n := int64(1)
-		for e.rxBatch() {
+		n := int64(0)
+		for {
 			n++
+			more, failed := e.rxBatch()
+			if !failed {
+				backoff = 0
+			} else {
+				// The device failed and gave nothing: a closed NIC fails
+				// forever. Back off (doubling, up to rxMaxBackoff) instead
+				// of spinning, and keep answering the stop signal.
+				backoff = min(max(2*backoff, rxMinBackoff), rxMaxBackoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			if !more {
+				break
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
 		}
 		if c := e.opts.Clock; c != nil {
 			e.rxNs.Add(c() - t0)
@@ -576,32 +614,46 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 	}
 }
 
-// rxBatch handles up to RxBudget frames and flushes GRO; it reports whether
-// the budget ran out with frames possibly left.
-func (e *Endpoint) rxBatch() bool {
+// The receive loop's back-off after a batch in which the device only
+// failed.
+const (
+	rxMinBackoff = 100 * time.Microsecond
+	rxMaxBackoff = 50 * time.Millisecond
+)
+
+// rxBatch handles up to RxBudget frames and flushes GRO. more reports
+// whether frames may be left (the budget ran out, or an error ended the
+// batch); failed that the batch ended with an error before any frame.
+// A Receive error ends the batch: a device that fails persistently
+// (closed) would otherwise be called millions of times a second.
+func (e *Endpoint) rxBatch() (more, failed bool) {
 	e.mu.Lock()
 	d := e.dispatcher
 	e.mu.Unlock()
 	if d == nil {
-		return false
+		return false, false
 	}
-	more := true // until the NIC says it has nothing left
+	addr := e.LinkAddress()
+	more = true // until the NIC says it has nothing left
 	// With the ACK filter the whole batch is taken first, so that ACKs
 	// superseded within it can be dropped (see ackfilter.go); without it,
 	// each frame goes up as it is taken.
 	b := e.rx.batch[:0]
+	got := 0
 	for i := 0; i < e.opts.RxBudget; i++ {
 		f, err := e.dev.Receive()
 		if err != nil {
 			e.count(func(s *Stats) { s.RxNICErrors++ })
-			continue
+			failed = got == 0
+			break
 		}
 		if f == nil {
 			more = false
 			break
 		}
+		got++
 		if !e.opts.AckFilter {
-			e.deliver(d, f)
+			e.deliver(d, f, addr)
 			continue
 		}
 		b = append(b, f)
@@ -616,12 +668,12 @@ func (e *Endpoint) rxBatch() bool {
 				f.Release()
 				continue
 			}
-			e.deliver(d, f)
+			e.deliver(d, f, addr)
 		}
 		clear(b) // drop references to released frames
 	}
 	e.gro.Flush()
-	return more
+	return more, failed
 }
 
 // ackTrusted reports whether a pure ACK's checksums are good: checked by
@@ -634,7 +686,7 @@ func (e *Endpoint) ackTrusted(f Frame) bool {
 }
 
 // deliver copies a frame once into a gVisor buffer and hands it up.
-func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
+func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAddress) {
 	b := f.Bytes()
 	if len(b) < header.EthernetMinimumSize {
 		f.Release()
@@ -676,7 +728,7 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 		p.PktType = tcpip.PacketBroadcast
 	case dst[0]&1 != 0:
 		p.PktType = tcpip.PacketMulticast
-	case string(dst) == string(e.addr):
+	case string(dst) == string(addr):
 		p.PktType = tcpip.PacketHost
 	default:
 		p.PktType = tcpip.PacketOtherHost
