@@ -21,7 +21,7 @@ func TestTSOWithATinyPeerMSS(t *testing.T) {
 				a, b, w := pair(t, hostOptions{mode: modes[5], noTrace: true})
 				wc := &wireCheck{}
 				w.SetFilter(wc.filter)
-				if err := transferWith(t, a, b, v6, 5001, 512<<10, xfer{mss: mss, timeout: time.Minute}); err != nil {
+				if err := transferWith(t, a, b, v6, 5001, 256<<10, xfer{mss: mss, timeout: time.Minute}); err != nil {
 					t.Fatalf("%v (a %+v)", err, a.ep.Stats())
 				}
 				wc.verify(t)
