@@ -64,6 +64,7 @@ type hostOptions struct {
 	mode    mode
 	soc     fec.SoC
 	txRing  int
+	rxRing  int
 	noTrace bool
 }
 
@@ -82,6 +83,9 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 			c.TxRing = o.txRing
 		}
 		c.RxRing = 512
+		if o.rxRing != 0 {
+			c.RxRing = o.rxRing
+		}
 		c.OnTxDone = func(cookie any, err error) { dev.Done(cookie, err) }
 	}})
 	dev = fecdev.New(rig.NIC)
