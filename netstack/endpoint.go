@@ -567,6 +567,7 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		tick = t.C
 	}
 	var backoff time.Duration
+	fails := 0
 	for {
 		select {
 		case <-stop:
@@ -584,11 +585,12 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 			n++
 			more, failed := e.rxBatch()
 			if !failed {
-				backoff = 0
-			} else {
-				// The device failed and gave nothing: a closed NIC fails
-				// forever. Back off (doubling, up to rxMaxBackoff) instead
-				// of spinning, and keep answering the stop signal.
+				fails, backoff = 0, 0
+			} else if fails++; fails > rxFailsBeforeBackoff {
+				// The device keeps failing and gives nothing: a closed NIC
+				// fails forever. Back off (doubling, up to rxMaxBackoff)
+				// instead of spinning, and keep answering the stop signal.
+				// (A few failures in a row are frames the NIC dropped.)
 				backoff = min(max(2*backoff, rxMinBackoff), rxMaxBackoff)
 				t := time.NewTimer(backoff)
 				select {
@@ -614,11 +616,12 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 	}
 }
 
-// The receive loop's back-off after a batch in which the device only
-// failed.
+// The receive loop's back-off once more than rxFailsBeforeBackoff batches
+// in a row ended in a device error before any frame.
 const (
-	rxMinBackoff = 100 * time.Microsecond
-	rxMaxBackoff = 50 * time.Millisecond
+	rxFailsBeforeBackoff = 8
+	rxMinBackoff         = 100 * time.Microsecond
+	rxMaxBackoff         = 10 * time.Millisecond
 )
 
 // rxBatch handles up to RxBudget frames and flushes GRO. more reports
