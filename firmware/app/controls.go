@@ -139,6 +139,17 @@ func NewStack(ep stack.LinkEndpoint, mac [6]byte, addr netip.Prefix, gw netip.Ad
 	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	// Nagle on, as Linux has it by default (gVisor has it off). Without it
+	// every small write is a segment, and gVisor's receiver, which charges
+	// each segment's memory against a window advertised in payload bytes,
+	// drops in-window segments: a peer of ours writing 64 bytes at a time
+	// crawls on retransmission timeouts (TestSmallWritesDoNotCrawl,
+	// netstack's TestGVisorSmallWritesCrawlWithoutNagle). The services
+	// write in large blocks, so they lose nothing to it.
+	delay := tcpip.TCPDelayEnabled(true)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
+		return nil, fmt.Errorf("app: TCP delay: %v", err)
+	}
 	return s, nil
 }
 
