@@ -13,13 +13,14 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 )
 
-// TestSmallWritesDoNotCrawl: a peer writing 64 bytes at a time into the
-// firmware's stack must not trigger gVisor's small-segment crawl (with
-// Nagle off each write is a segment; the receiver charges each segment's
-// overhead against a window it advertised in payload bytes and drops
-// in-window segments, so the sender lives on retransmission timeouts; see
-// netstack's TestGVisorSmallWritesCrawlWithoutNagle). NewStack turns
-// Nagle on, so the sender coalesces and no retransmission timer fires.
+// TestSmallWritesDoNotCrawl: an application on the firmware's stack
+// writing 64 bytes at a time to a gVisor peer must not meet gVisor's
+// small-segment crawl (with Nagle off each write is a segment; the
+// receiver charges each segment's overhead against a window it advertised
+// in payload bytes and drops in-window segments, so the sender lives on
+// retransmission timeouts; see netstack's
+// TestGVisorSmallWritesCrawlWithoutNagle). NewStack turns Nagle on, so the
+// sender coalesces while the window is closed.
 func TestSmallWritesDoNotCrawl(t *testing.T) {
 	a, b := netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.2/24")
 	m1, m2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
