@@ -28,8 +28,22 @@ type IdleCPU struct {
 
 // CPUTime implements CPUSource.
 func (c IdleCPU) CPUTime() (user, system time.Duration) {
-	busy := time.Since(c.Boot) - time.Duration(c.Idle())
-	return max(busy, 0), 0
+	_, user, system = c.cpuTimeAt()
+	return user, system
+}
+
+// cpuTimeAt reads the idle counter and the clock together, so that the
+// wall time a utilisation is computed over is the one busy time was
+// derived from: a single core is never more than 100% busy.
+func (c IdleCPU) cpuTimeAt() (now time.Time, user, system time.Duration) {
+	idle := time.Duration(c.Idle())
+	now = time.Now()
+	return now, max(now.Sub(c.Boot)-idle, 0), 0
+}
+
+// timedCPU is a CPUSource that reads its own clock with its CPU time.
+type timedCPU interface {
+	cpuTimeAt() (now time.Time, user, system time.Duration)
 }
 
 // cpuSample is one reading of a CPUSource with its wall-clock time.
@@ -39,6 +53,10 @@ type cpuSample struct {
 }
 
 func sampleCPU(src CPUSource) cpuSample {
+	if t, ok := src.(timedCPU); ok {
+		now, u, s := t.cpuTimeAt()
+		return cpuSample{wall: now, user: u, system: s}
+	}
 	u, s := src.CPUTime()
 	return cpuSample{wall: time.Now(), user: u, system: s}
 }
