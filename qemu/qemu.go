@@ -128,9 +128,9 @@ type Machine struct {
 	// (Options.E1000E), else nil.
 	E1000E  *Ports
 	GDBPort int // 0 unless Options.GDB
-	done                                     chan struct{}
-	mu                                       sync.Mutex
-	lines                                    []string
+	done    chan struct{}
+	mu      sync.Mutex
+	lines   []string
 }
 
 func freePorts(n int) ([]int, error) {
