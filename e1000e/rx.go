@@ -135,8 +135,10 @@ func (n *NIC) Receive() (*Frame, error) {
 		err = fmt.Errorf("e1000e: RX descriptor %d: %w", i, ErrNoBuffers)
 	}
 	var f *Frame
+	// The device wrote the buffer: take it back before reading it or
+	// handing it to the device again.
+	n.cfg.Mem.SyncForCPU(buf, dma.FromDevice)
 	if err == nil {
-		n.cfg.Mem.SyncForCPU(buf, dma.FromDevice)
 		f = &Frame{n: n, buf: buf, data: buf.Bytes()[:ln]}
 		if st&rxdStatIXSM == 0 {
 			f.IPv4 = st&rxdStatIPCS != 0 && st&rxdErrIPE == 0

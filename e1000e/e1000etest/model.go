@@ -41,8 +41,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/pcie/pcietest"
 )
 
@@ -100,6 +103,10 @@ const (
 
 // Options configure a Model.
 type Options struct {
+	// Mem is the DMA memory model the descriptor rings live in: the model
+	// reads and writes descriptors in place, one 32-bit word at a time,
+	// as the driver does (buffers go through the PCI function's DMA).
+	Mem *dmatest.Memory
 	MAC [6]byte
 	// NoNVM: EERD never completes (the driver must fall back to RAL0/RAH0).
 	NoNVM bool
@@ -450,6 +457,29 @@ func (m *Model) notify() {
 	}
 }
 
+// desc returns the four words of the descriptor at a, read in place from
+// coherent memory (nil and a violation if unreachable or bus mastering
+// is off).
+func (m *Model) desc(a dma.Addr) []uint32 {
+	if m.fn.Command()&4 == 0 {
+		m.violate("descriptor access at %#x with bus mastering disabled", a)
+		return nil
+	}
+	if m.opts.Mem == nil {
+		m.violate("no DMA memory model for descriptors")
+		return nil
+	}
+	b, err := m.opts.Mem.Coherent(a, 16)
+	if err != nil {
+		m.violate("descriptor at %#x: %v", a, err)
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), 4)
+}
+
+func load(w *uint32) uint32     { return atomic.LoadUint32(w) }
+func store(w *uint32, v uint32) { atomic.StoreUint32(w, v) }
+
 func (m *Model) dmaRead(a dma.Addr, p []byte, what string) bool {
 	if err := m.fn.DMARead(a, p); err != nil {
 		m.violate("DMA read of %s at %#x (%d bytes): %v", what, a, len(p), err)
@@ -496,10 +526,13 @@ func (m *Model) processTX() {
 			m.violate("TDH %d outside the ring", h)
 			return
 		}
-		var d [16]byte
-		da := base + dma.Addr(16*h)
-		if !m.dmaRead(da, d[:], "TX descriptor") {
+		dw := m.desc(base + dma.Addr(16*h))
+		if dw == nil {
 			return
+		}
+		var d [16]byte
+		for i := range 4 {
+			binary.LittleEndian.PutUint32(d[4*i:], load(&dw[i]))
 		}
 		m.st.TxDescs++
 		w2 := binary.LittleEndian.Uint32(d[8:])
@@ -517,9 +550,7 @@ func (m *Model) processTX() {
 			m.violate("TX descriptor %d: DTYP %d", h, dtyp)
 		}
 		if w2&(1<<27) != 0 { // RS: write back DD
-			var s [4]byte
-			binary.LittleEndian.PutUint32(s[:], w3|1)
-			m.dmaWrite(da+12, s[:], "TX write-back")
+			store(&dw[3], w3|1)
 			raised = true
 		}
 		m.reg[rTDH] = (h + 1) % n

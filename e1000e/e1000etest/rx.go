@@ -63,12 +63,11 @@ func (m *Model) inject(f []byte, errs uint32) bool {
 		m.violate("RDH %d outside the ring", h)
 		return false
 	}
-	da := m.ringBase(rRDBAL) + dma.Addr(16*h)
-	var d [16]byte
-	if !m.dmaRead(da, d[:], "RX descriptor") {
+	dw := m.desc(m.ringBase(rRDBAL) + dma.Addr(16*h))
+	if dw == nil {
 		return false
 	}
-	buf := dma.Addr(binary.LittleEndian.Uint64(d[:]))
+	buf := dma.Addr(uint64(load(&dw[0])) | uint64(load(&dw[1]))<<32)
 	if len(f) > 2048 {
 		m.violate("frame of %d bytes for a 2048-byte buffer (multi-descriptor frames not modelled)", len(f))
 		return false
@@ -79,14 +78,12 @@ func (m *Model) inject(f []byte, errs uint32) bool {
 	st := uint32(1 | 2) // DD, EOP
 	st |= m.verdicts(f)
 	st |= errs
-	var wb [16]byte
-	binary.LittleEndian.PutUint32(wb[8:], st)
-	binary.LittleEndian.PutUint32(wb[12:], uint32(len(f)))
-	// The status dword last, as the device's write-back makes the
-	// descriptor the driver's.
-	m.dmaWrite(da, wb[:8], "RX write-back")
-	m.dmaWrite(da+12, wb[12:], "RX write-back")
-	m.dmaWrite(da+8, wb[8:12], "RX write-back")
+	// Write-back format: MRQ, RSS/checksum, status and errors, length.
+	// The status dword last, as it makes the descriptor the driver's.
+	store(&dw[0], 0)
+	store(&dw[1], 0)
+	store(&dw[3], uint32(len(f)))
+	store(&dw[2], st)
 	m.reg[rRDH] = (h + 1) % n
 	m.st.RxFrames++
 	if errs == 0 {
