@@ -76,6 +76,7 @@ type Stats struct {
 		GSOPackets, GSOSegs uint64 // GSO packets given to the hardware and the segments they become
 		CsumFrames          uint64 // frames with checksum insertion
 		Completed           uint64
+		Copied              uint64 // bytes copied: GSO headers, into the driver's header slots
 		RingFull, Errors    uint64 // refused for space; refused as malformed
 	}
 	Rx struct {

@@ -375,6 +375,7 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 		s.Tx.Contexts++
 		s.Tx.GSOPackets++
 		s.Tx.GSOSegs += uint64(segs)
+		s.Tx.Copied += uint64(len(hdr))
 	})
 	return nil
 }
@@ -430,6 +431,7 @@ func (n *NIC) transmitOwnedHeader(hc []byte, payload [][]byte, plen int, cookie 
 		s.Tx.CsumFrames++
 		s.Tx.GSOPackets++
 		s.Tx.GSOSegs++
+		s.Tx.Copied += uint64(len(hc))
 	})
 	return nil
 }

@@ -152,6 +152,7 @@ type Model struct {
 	dataTSE bool
 	popts   uint32
 	pending [][]byte // frames to hand to out once unlocked
+	raw     *rawWB   // InjectWriteback's write-back
 }
 
 type txCtx struct {

@@ -23,9 +23,29 @@ func (m *Model) Inject(f []byte) bool { return m.inject(f, 0) }
 // given error bits (ErrCE, ErrSE, ErrRXE), as with RCTL.SBP.
 func (m *Model) InjectError(f []byte, errs uint32) bool { return m.inject(f, errs) }
 
+// InjectWriteback stores f like Inject but writes back the given status
+// word and length whatever the frame, for fuzzing the driver with
+// descriptor contents the silicon should never produce.
+func (m *Model) InjectWriteback(f []byte, status uint32, length uint16) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.raw = &rawWB{status, length}
+	defer func() { m.raw = nil }()
+	return m.injectLocked(f, 0)
+}
+
+type rawWB struct {
+	status uint32
+	length uint16
+}
+
 func (m *Model) inject(f []byte, errs uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.injectLocked(f, errs)
+}
+
+func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	rctl := m.reg[rRCTL]
 	if rctl&2 == 0 || m.opts.LinkDown {
 		m.st.RxDisabled++
@@ -80,9 +100,13 @@ func (m *Model) inject(f []byte, errs uint32) bool {
 	st |= errs
 	// Write-back format: MRQ, RSS/checksum, status and errors, length.
 	// The status dword last, as it makes the descriptor the driver's.
+	ln := uint32(len(f))
+	if m.raw != nil {
+		st, ln = m.raw.status, uint32(m.raw.length)
+	}
 	store(&dw[0], 0)
 	store(&dw[1], 0)
-	store(&dw[3], uint32(len(f)))
+	store(&dw[3], ln)
 	store(&dw[2], st)
 	m.reg[rRDH] = (h + 1) % n
 	m.st.RxFrames++
