@@ -153,6 +153,7 @@ type Model struct {
 	popts   uint32
 	pending [][]byte // frames to hand to out once unlocked
 	raw     *rawWB   // InjectWriteback's write-back
+	owned   map[uint32][4]uint32
 }
 
 type txCtx struct {
@@ -230,6 +231,7 @@ func (m *Model) reset() {
 	m.stats = map[uint32]uint64{}
 	m.ctx = txCtx{}
 	m.gather = nil
+	m.owned = nil
 	m.reg[rRAL0] = uint32(m.nvm[0]) | uint32(m.nvm[1])<<16
 	m.reg[rRAH0] = uint32(m.nvm[2]) | 1<<31
 	m.phy[1] = 0x7949 // BMSR: capabilities, auto-negotiation complete
@@ -337,19 +339,39 @@ func (m *Model) Write32(off, v uint32) {
 		m.reg[rIMS] &^= v
 		m.updateIRQ(false)
 	case rRDT:
-		m.reg[rRDT] = v
-		if n := m.ringLen(rRDLEN); v >= uint32(n) && n > 0 {
+		n := uint32(m.ringLen(rRDLEN))
+		if v >= n && n > 0 {
 			m.violate("RDT %d outside a ring of %d descriptors", v, n)
+			break
 		}
+		if m.reg[rRCTL]&2 != 0 && !handOK(m.reg[rRDT], v, m.reg[rRDH], n) {
+			m.violate("RDT moved from %d to %d past RDH %d: descriptors the device filled and the driver has not taken would be overwritten or lost", m.reg[rRDT], v, m.reg[rRDH])
+		}
+		m.reg[rRDT] = v
 	case rTDT:
-		m.reg[rTDT] = v
-		n := m.ringLen(rTDLEN)
-		if v >= uint32(n) {
+		n := uint32(m.ringLen(rTDLEN))
+		if v >= n {
 			m.violate("TDT %d outside a ring of %d descriptors", v, n)
 			break
 		}
+		old := m.reg[rTDT]
+		if !handOK(old, v, m.reg[rTDH], n) {
+			m.violate("TDT moved from %d to %d past TDH %d: descriptors the device still owns handed over again", old, v, m.reg[rTDH])
+		}
+		m.reg[rTDT] = v
 		if !m.opts.ManualTX {
 			m.processTX()
+			break
+		}
+		// Remember what the driver handed over, to catch it rewriting a
+		// descriptor the device owns before ProcessTX fetches it.
+		if m.owned == nil {
+			m.owned = map[uint32][4]uint32{}
+		}
+		for i := old; i != v; i = (i + 1) % n {
+			if dw := m.desc(m.ringBase(rTDBAL) + dma.Addr(16*i)); dw != nil {
+				m.owned[i] = [4]uint32{load(&dw[0]), load(&dw[1]), load(&dw[2]), load(&dw[3])}
+			}
 		}
 	case rRCTL:
 		m.reg[rRCTL] = v
@@ -381,6 +403,17 @@ func (m *Model) Write32(off, v uint32) {
 			out(f)
 		}
 	}
+}
+
+// handOK reports whether moving a tail from old to v hands over only
+// descriptors the driver owns: the device owns [head, old), so at most the
+// ring minus one may be handed over and the tail must not reach the head
+// from behind (head == old: the device owns none, any move is fine).
+func handOK(old, v, head, n uint32) bool {
+	if n == 0 || head == old {
+		return true
+	}
+	return (v-old+n)%n < (head-old+n)%n
 }
 
 func (m *Model) ringLen(lenReg uint32) int { return int(m.reg[lenReg] / 16) }
@@ -534,6 +567,12 @@ func (m *Model) processTX() {
 		var d [16]byte
 		for i := range 4 {
 			binary.LittleEndian.PutUint32(d[4*i:], load(&dw[i]))
+		}
+		if snap, ok := m.owned[h]; ok {
+			delete(m.owned, h)
+			if snap != [4]uint32{load(&dw[0]), load(&dw[1]), load(&dw[2]), load(&dw[3])} {
+				m.violate("TX descriptor %d rewritten by the driver while the device owned it", h)
+			}
 		}
 		m.st.TxDescs++
 		w2 := binary.LittleEndian.Uint32(d[8:])

@@ -87,6 +87,9 @@ func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	if dw == nil {
 		return false
 	}
+	if load(&dw[2])&1 != 0 {
+		m.violate("RX descriptor %d handed to the device with DD still set", h)
+	}
 	buf := dma.Addr(uint64(load(&dw[0])) | uint64(load(&dw[1]))<<32)
 	if len(f) > 2048 {
 		m.violate("frame of %d bytes for a 2048-byte buffer (multi-descriptor frames not modelled)", len(f))
