@@ -114,7 +114,7 @@ func TestTXViolations(t *testing.T) {
 	b.r.Write32(0x3818, 3)
 	b.expect("without a TSO context")
 	b.desc(3, 14|24<<8|33<<16, 34|50<<8, dext|tse|1<<25|1<<24|500, 54<<8|1000<<16) // TSO context, PAYLEN 500
-	b.desc(4, a, 0, dext|dtypD|tse|200|eop|rs, 3<<8)                              // gathers 146 payload bytes
+	b.desc(4, a, 0, dext|dtypD|tse|200|eop|rs, 3<<8)                               // gathers 146 payload bytes
 	b.r.Write32(0x3818, 5)
 	b.expect("PAYLEN 500")
 	b.desc(5, a, 0, dext|dtypD|100|eop, 1<<8) // IXSM without a checksum context (the last was TSO)
