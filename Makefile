@@ -54,7 +54,7 @@ firmware:
 
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:
-	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-device e1000e$(,)bus=dw-pcie)
+	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-e1000e)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:

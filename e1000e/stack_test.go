@@ -132,7 +132,7 @@ func pair(t *testing.T, tso bool, mode e1000e.IRQMode) (a, b *host, w *wire) {
 		}
 		for _, h := range []*host{a, b} {
 			if held := h.ep.Stats().TxHeld; held != 0 {
-				t.Errorf("%d packets still held after close (NIC in flight %d, stats %+v)", held, h.r.nic.TxInFlight(), h.r.nic.Stats())
+				t.Errorf("%d packets still held after close (NIC in flight %d, stats %+v, endpoint %+v)", held, h.r.nic.TxInFlight(), h.r.nic.Stats(), h.ep.Stats())
 			}
 		}
 	})
