@@ -109,6 +109,7 @@ type NIC struct {
 
 	txMu sync.Mutex
 	tx   txRing
+	cbMu sync.Mutex // completions in delivery (reclaim, Close)
 	rxMu sync.Mutex
 	rx   rxRing
 
@@ -419,7 +420,9 @@ func (n *NIC) HWStats() HWStats {
 }
 
 // Close stops the receiver and transmitter, masks interrupts, and
-// completes every frame still in flight with ErrClosed. RX buffers held by
+// completes every frame still in flight with ErrClosed; it returns only
+// once every completion, its own and any a concurrent Interrupt or Poll
+// was delivering, has been delivered. RX buffers held by
 // frames not yet released stay valid until released.
 func (n *NIC) Close() error {
 	if n.closed.Swap(true) {
@@ -428,6 +431,8 @@ func (n *NIC) Close() error {
 	n.r.Write32(IMC, 0xFFFFFFFF)
 	n.r.Write32(RCTL, 0)
 	n.r.Write32(TCTL, tctlPSP)
+	n.cbMu.Lock()
+	defer n.cbMu.Unlock()
 	n.txMu.Lock()
 	done := n.tx.abort(n.cfg.Mem)
 	cb := n.cfg.OnTxDone

@@ -438,7 +438,12 @@ func (n *NIC) transmitOwnedHeader(hc []byte, payload [][]byte, plen int, cookie 
 
 // reclaim completes packets whose last descriptor the device wrote back
 // (DD) and calls OnTxDone for each, outside the lock.
+//
+// cbMu is held from collecting to delivering, so Close cannot return
+// while completions it did not deliver are still on their way.
 func (n *NIC) reclaim() int {
+	n.cbMu.Lock()
+	defer n.cbMu.Unlock()
 	var done [32]any
 	k, total := 0, 0
 	for {
