@@ -54,21 +54,30 @@ var Boards = map[string][]string{
 }
 
 // Build compiles the firmware for board (see Boards) into dir and returns
-// the ELF's path. root is the module root.
-func Build(ctx context.Context, root, dir, board string) (string, error) {
+// the ELF's path. root is the module root. Each of xflags is a linker
+// -X setting of the firmware's package main ("main.E1000EIRQ=msi").
+func Build(ctx context.Context, root, dir, board string, xflags ...string) (string, error) {
 	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
 	if err != nil {
 		return "", fmt.Errorf("qemu: locating the tamago tool: %w", err)
 	}
 	elf := filepath.Join(dir, "tamanic-"+board+".elf")
 	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
-		"-ldflags", "-T 0x80010000 -R 0x1000", "-o", elf, "./firmware/"+board)
+		"-ldflags", ldflags(xflags), "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("qemu: building firmware: %w\n%s", err, out)
 	}
 	return elf, nil
+}
+
+func ldflags(xflags []string) string {
+	f := "-T 0x80010000 -R 0x1000"
+	for _, x := range xflags {
+		f += " -X " + x
+	}
+	return f
 }
 
 // Options configure a boot.

@@ -174,28 +174,51 @@ type irqHandler struct {
 var pcieIRQ atomic.Pointer[irqHandler]
 
 // E1000E attaches the 82574L d found on rc's bus: BAR0 through the
-// memory window, bus mastering, INTx (level, GIC interrupt d.IRQ after
-// swizzling) serviced by the board's interrupt loop, rings and buffers in
-// the board's DMA region. ENET1 must be up (it starts the GIC and the
-// loop). cfg's Regs, Mem, Nanotime and Delay are filled in. The returned
-// function reports interrupts serviced and time spent in the handler.
-func E1000E(rc *pcie.RC, d *pcie.Device, cfg e1000e.Config) (*e1000e.NIC, func() (n, ns int64), error) {
-	if d.IRQ < 32 {
-		return nil, nil, fmt.Errorf("mcimx7d: e1000e %v: no INTx interrupt (pin %d, IRQ %d)", d.BDF, d.Pin, d.IRQ)
-	}
+// memory window, bus mastering, rings and buffers in the board's DMA
+// region, and its interrupt serviced by the board's interrupt loop: INTx
+// (level, GIC interrupt d.IRQ after swizzling), or with msi one MSI
+// vector through the DesignWare receiver (its SPI, the receiver's status
+// acknowledged before the NIC is serviced). ENET1 must be up (it starts
+// the GIC and the loop). cfg's Regs, Mem, Nanotime and Delay are filled
+// in. The returned function reports interrupts serviced and time spent in
+// the handler.
+func E1000E(rc *pcie.RC, d *pcie.Device, msi bool, cfg e1000e.Config) (*e1000e.NIC, func() (n, ns int64), error) {
 	cfg.Mem = Memory()
 	cfg.Nanotime = Nanotime
 	cfg.Delay = delay
-	n, err := e1000e.Attach(rc, d, e1000e.INTx, 0, cfg)
+	mode, id := e1000e.INTx, d.IRQ
+	const vector = 0
+	if msi {
+		// The receiver's address: a bus address in the DMA region that
+		// nothing else uses (the device's write never reaches memory).
+		b, err := cfg.Mem.Alloc(64, 64, dma.Coherent)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mcimx7d: MSI target: %w", err)
+		}
+		if err := rc.EnableMSI(b.Addr()); err != nil {
+			return nil, nil, fmt.Errorf("mcimx7d: %w", err)
+		}
+		mode, id = e1000e.MSI, 32+rc.SoC().MSISPI
+	} else if d.IRQ < 32 {
+		return nil, nil, fmt.Errorf("mcimx7d: e1000e %v: no INTx interrupt (pin %d, IRQ %d)", d.BDF, d.Pin, d.IRQ)
+	}
+	n, err := e1000e.Attach(rc, d, mode, vector, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mcimx7d: %w", err)
 	}
 	if err := n.Init(); err != nil {
 		return nil, nil, fmt.Errorf("mcimx7d: e1000e init: %w", err)
 	}
-	h := &irqHandler{id: d.IRQ, fn: func() { n.Interrupt() }}
+	h := &irqHandler{id: id, fn: func() { n.Interrupt() }}
+	if msi {
+		h.fn = func() {
+			if rc.ServeMSI(nil) > 0 {
+				n.Interrupt()
+			}
+		}
+	}
 	pcieIRQ.Store(h)
-	GIC.EnableInterrupt(d.IRQ, true)
+	GIC.EnableInterrupt(id, true)
 	return n, func() (int64, int64) { return h.n.Load(), h.ns.Load() }, nil
 }
 

@@ -47,6 +47,9 @@ var (
 	// E1000EIP is the 82574L's address and prefix: QEMU's default user
 	// network is 10.0.2.0/24 with the host at 10.0.2.2.
 	E1000EIP = "10.0.2.1/24"
+	// E1000EIRQ selects the 82574L's interrupt: "intx" (INTA) or "msi"
+	// (through the DesignWare MSI receiver).
+	E1000EIRQ = "intx"
 )
 
 // controls adds the PCIe report and the 82574L to the NIC's /stats
@@ -126,7 +129,7 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 		return nil, fmt.Errorf("E1000EIP %q: %v", E1000EIP, err)
 	}
 	var ep *netstack.Endpoint
-	nic, irqs, err := mcimx7d.E1000E(rc, d, e1000e.Config{})
+	nic, irqs, err := mcimx7d.E1000E(rc, d, E1000EIRQ == "msi", e1000e.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +165,8 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 		return nil, err
 	}
 	l := nic.Link()
-	fmt.Printf("E1000E ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v speed=%d irq=%d\n",
-		addr, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, d.IRQ)
+	fmt.Printf("E1000E ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v speed=%d irq=%s\n",
+		addr, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
 	return c, nil
 }
 
