@@ -14,9 +14,10 @@ const RxBufSize = 2048
 type rxRing struct {
 	ring  dma.Buffer
 	n     int
-	bufs  []dma.Buffer // buffer in each ring slot
-	spare []dma.Buffer // buffers not in the ring and not lent out
-	next  int          // next descriptor to look at
+	pool  []Frame  // one per buffer, allocated once
+	bufs  []*Frame // buffer in each ring slot
+	spare []*Frame // buffers not in the ring and not lent out
+	next  int      // next descriptor to look at
 }
 
 func (r *rxRing) alloc(m dma.Memory, n, spare int) error {
@@ -29,13 +30,17 @@ func (r *rxRing) alloc(m dma.Memory, n, spare int) error {
 		return fmt.Errorf("e1000e: RX buffers: %w", err)
 	}
 	r.n = n
-	r.bufs = make([]dma.Buffer, n)
-	for i := range r.bufs {
-		r.bufs[i] = pool.Slice(i*RxBufSize, RxBufSize)
+	r.pool = make([]Frame, n+spare)
+	for i := range r.pool {
+		r.pool[i].buf = pool.Slice(i*RxBufSize, RxBufSize)
 	}
-	r.spare = make([]dma.Buffer, 0, spare)
+	r.bufs = make([]*Frame, n)
+	for i := range r.bufs {
+		r.bufs[i] = &r.pool[i]
+	}
+	r.spare = make([]*Frame, 0, spare)
 	for i := 0; i < spare; i++ {
-		r.spare = append(r.spare, pool.Slice((n+i)*RxBufSize, RxBufSize))
+		r.spare = append(r.spare, &r.pool[n+i])
 	}
 	return nil
 }
@@ -49,8 +54,8 @@ func (r *rxRing) load(i, w int) uint32     { return atomic.LoadUint32(r.word(i, 
 // arm gives descriptor i its buffer in the read format: the buffer
 // address, and a zero upper half (which clears DD).
 func (r *rxRing) arm(m dma.Memory, i int) {
-	m.SyncForDevice(r.bufs[i], dma.FromDevice)
-	a := uint64(r.bufs[i].Addr())
+	m.SyncForDevice(r.bufs[i].buf, dma.FromDevice)
+	a := uint64(r.bufs[i].buf.Addr())
 	r.store(i, 0, uint32(a))
 	r.store(i, 1, uint32(a>>32))
 	r.store(i, 3, 0)
@@ -78,7 +83,8 @@ func (r *rxRing) start(n *NIC) {
 }
 
 // Frame is a received frame whose buffer is lent to the caller until
-// Release.
+// Release. Frames are the driver's (one per RX buffer, reused): the
+// caller must not keep one after Release.
 type Frame struct {
 	n    *NIC
 	buf  dma.Buffer
@@ -100,9 +106,9 @@ func (f *Frame) Release() error {
 		return fmt.Errorf("e1000e: frame released twice: %w", ErrConfig)
 	}
 	n := f.n
-	f.n = nil
 	n.rxMu.Lock()
-	n.rx.spare = append(n.rx.spare, f.buf)
+	f.n, f.data = nil, nil
+	n.rx.spare = append(n.rx.spare, f)
 	n.rxMu.Unlock()
 	return nil
 }
@@ -121,7 +127,8 @@ func (n *NIC) Receive() (*Frame, error) {
 		return nil, nil
 	}
 	ln := int(r.load(i, 3) & 0xFFFF)
-	buf := r.bufs[i]
+	slot := r.bufs[i]
+	buf := slot.buf
 	var err error
 	switch {
 	case st&rxdFrameErr != 0:
@@ -139,7 +146,8 @@ func (n *NIC) Receive() (*Frame, error) {
 	// handing it to the device again.
 	n.cfg.Mem.SyncForCPU(buf, dma.FromDevice)
 	if err == nil {
-		f = &Frame{n: n, buf: buf, data: buf.Bytes()[:ln]}
+		f = slot
+		f.n, f.data, f.IPv4, f.L4 = n, buf.Bytes()[:ln], false, false
 		if st&rxdStatIXSM == 0 {
 			f.IPv4 = st&rxdStatIPCS != 0 && st&rxdErrIPE == 0
 			f.L4 = st&(rxdStatTCPCS|rxdStatUDPCS) != 0 && st&rxdErrTCPE == 0

@@ -320,14 +320,11 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 	}
 	if plen <= o.MSS {
 		// One segment: checksum insertion without segmentation.
-		frags := make([][]byte, 0, len(payload)+1)
 		var buf [hdrSlot]byte
 		hc := buf[:len(hdr)]
 		copy(hc, hdr)
 		n.fixLengths(hc, h, plen)
-		frags = append(frags, hc)
-		frags = append(frags, payload...)
-		return n.transmitOwnedHeader(hc, frags[1:], plen, cookie)
+		return n.transmitOwnedHeader(hc, payload, plen, cookie)
 	}
 	segs := (plen + o.MSS - 1) / o.MSS
 	var buf [hdrSlot]byte
