@@ -1,24 +1,27 @@
 package e1000e
 
-// Registers of the Intel 82574 GbE controller (Intel 82574 GbE Controller
-// Family Datasheet, section 10.2 "Device Registers"; names as there and in
-// Linux drivers/net/ethernet/intel/e1000e/regs.h). Offsets are into BAR0.
+// Registers of the Intel 82574 GbE controller, named as in the Intel 82574
+// GbE Controller Family Datasheet's register descriptions and in Linux
+// drivers/net/ethernet/intel/e1000e: offsets from regs.h, bits from
+// defines.h and hw.h, against which the values here were checked (no
+// datasheet section numbers are cited: the copy at hand was not
+// paginated). Offsets are into BAR0.
 const (
-	CTRL     = 0x00000 // Device Control (10.2.2.1)
-	STATUS   = 0x00008 // Device Status (10.2.2.2)
-	EECD     = 0x00010 // EEPROM/Flash Control (10.2.2.3)
-	EERD     = 0x00014 // EEPROM Read (10.2.2.4)
-	CTRL_EXT = 0x00018 // Extended Device Control (10.2.2.5)
-	MDIC     = 0x00020 // MDI Control (10.2.2.7)
-	ICR      = 0x000C0 // Interrupt Cause Read, clear on read (10.2.4.1)
-	ITR      = 0x000C4 // Interrupt Throttling (10.2.4.2)
+	CTRL     = 0x00000 // Device Control
+	STATUS   = 0x00008 // Device Status
+	EECD     = 0x00010 // EEPROM/Flash Control
+	EERD     = 0x00014 // EEPROM Read
+	CTRL_EXT = 0x00018 // Extended Device Control
+	MDIC     = 0x00020 // MDI Control
+	ICR      = 0x000C0 // Interrupt Cause Read, clear on read
+	ITR      = 0x000C4 // Interrupt Throttling
 	ICS      = 0x000C8 // Interrupt Cause Set
 	IMS      = 0x000D0 // Interrupt Mask Set/Read
 	IMC      = 0x000D8 // Interrupt Mask Clear
-	RCTL     = 0x00100 // Receive Control (10.2.5.1)
-	TCTL     = 0x00400 // Transmit Control (10.2.6.1)
+	RCTL     = 0x00100 // Receive Control
+	TCTL     = 0x00400 // Transmit Control
 	TIPG     = 0x00410 // Transmit IPG
-	RDBAL    = 0x02800 // RX Descriptor Base Low (10.2.5.6)
+	RDBAL    = 0x02800 // RX Descriptor Base Low
 	RDBAH    = 0x02804
 	RDLEN    = 0x02808
 	RDH      = 0x02810
@@ -26,7 +29,7 @@ const (
 	RDTR     = 0x02820 // RX interrupt delay timer
 	RXDCTL   = 0x02828
 	RADV     = 0x0282C
-	TDBAL    = 0x03800 // TX Descriptor Base Low (10.2.6.3)
+	TDBAL    = 0x03800 // TX Descriptor Base Low
 	TDBAH    = 0x03804
 	TDLEN    = 0x03808
 	TDH      = 0x03810
@@ -34,13 +37,13 @@ const (
 	TIDV     = 0x03820
 	TXDCTL   = 0x03828
 	TADV     = 0x0382C
-	RXCSUM   = 0x05000 // Receive Checksum Control (10.2.5.14)
-	RFCTL    = 0x05008 // Receive Filter Control (10.2.5.15)
-	MTA      = 0x05200 // Multicast Table Array, 128 dwords (10.2.5.16)
-	RAL0     = 0x05400 // Receive Address Low 0 (10.2.5.17)
+	RXCSUM   = 0x05000 // Receive Checksum Control
+	RFCTL    = 0x05008 // Receive Filter Control
+	MTA      = 0x05200 // Multicast Table Array, 128 dwords
+	RAL0     = 0x05400 // Receive Address Low 0
 	RAH0     = 0x05404 // Receive Address High 0
 
-	// Statistics (10.2.7), clear on read.
+	// Statistics, clear on read.
 	CRCERRS  = 0x04000
 	ALGNERRC = 0x04004
 	RXERRC   = 0x0400C
@@ -81,7 +84,7 @@ const (
 	statusSpeedShift = 6
 )
 
-// EERD fields (82574: 10.2.2.4; Linux E1000_NVM_RW_*).
+// EERD fields (Linux E1000_NVM_RW_*).
 const (
 	eerdStart     = 1 << 0
 	eerdDone      = 1 << 1
@@ -89,7 +92,7 @@ const (
 	eerdDataShift = 16
 )
 
-// MDIC fields (10.2.2.7).
+// MDIC fields.
 const (
 	mdicRegShift = 16
 	mdicPHYShift = 21
@@ -112,7 +115,7 @@ const (
 	phyStatusLink = 1 << 2
 )
 
-// Interrupt causes (ICR/IMS, 10.2.4.1).
+// Interrupt causes (ICR/IMS; Linux E1000_ICR_*).
 const (
 	IntTXDW   = 1 << 0 // a descriptor with RS was written back
 	IntTXQE   = 1 << 1
@@ -125,7 +128,7 @@ const (
 	imsWanted = IntTXDW | IntLSC | IntRXDMT0 | IntRXO | IntRXT0
 )
 
-// RCTL bits (10.2.5.1).
+// RCTL bits.
 const (
 	rctlEN    = 1 << 1
 	rctlUPE   = 1 << 3
@@ -138,7 +141,7 @@ const (
 	rctlRDMTSHalf = 0 << 8
 )
 
-// TCTL bits (10.2.6.1); TIPG default for copper (Linux DEFAULT_82543_TIPG_*).
+// TCTL bits; TIPG default for copper (Linux DEFAULT_82543_TIPG_*).
 const (
 	tctlEN        = 1 << 1
 	tctlPSP       = 1 << 3 // pad short packets
@@ -159,7 +162,7 @@ const (
 // RAH bits.
 const rahAV = 1 << 31
 
-// TX descriptor fields (7.2; Linux hw.h struct e1000_tx_desc /
+// TX descriptor fields (datasheet, transmit descriptors; Linux hw.h struct e1000_tx_desc /
 // e1000_context_desc / e1000_data_desc and the E1000_TXD_* constants).
 // Dword 2 of a data descriptor holds DTALEN (19:0), DTYP (23:20) and DCMD
 // (31:24); dword 3 STA (3:0) and POPTS (15:8).
@@ -181,7 +184,8 @@ const (
 	txdLenMask = 0xFFFFF
 )
 
-// Extended RX descriptor write-back (7.1.5.2; Linux union
+// Extended RX descriptor write-back (datasheet, extended receive
+// descriptor; Linux union
 // e1000_rx_desc_extended): dword 2 holds the extended status (19:0) and
 // errors (31:20), dword 3 the length (15:0) and VLAN tag.
 const (

@@ -12,7 +12,7 @@
 // (RFCTL.EXTEN) with IPCS/TCPCS/UDPCS/IPE/TCPE verdicts computed here,
 // TX context and extended data descriptors, checksum insertion exactly as
 // the hardware does it (sum from xxCSS to xxCSE of what is in memory,
-// seeds included, complement stored at xxCSO), TCP segmentation (7.3.6:
+// seeds included, complement stored at xxCSO), TCP segmentation (the datasheet's TCP segmentation section:
 // per segment IPv4 total length, ID incremented, header checksum; IPv6
 // payload length; TCP sequence; PSH and FIN only in the last segment; TCP
 // checksum from the driver's seed plus the segment length), DD write-back
@@ -690,7 +690,7 @@ func (m *Model) insert(f, _ []byte) {
 }
 
 // segment performs TCP segmentation of p under the TSO context (82574
-// datasheet 7.3.6).
+// datasheet, TCP segmentation).
 func (m *Model) segment(p []byte) {
 	c := m.ctx
 	m.st.TxTSO++
