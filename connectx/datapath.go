@@ -273,6 +273,10 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true}
 	sq.pc += nbb
 	n.stats.TxPackets++
+	n.stats.TxBytes += uint64(len(inline))
+	for _, m := range maps {
+		n.stats.TxBytes += uint64(m.Len())
+	}
 	n.ringSQ(w[:8])
 	return done, nil
 }
