@@ -304,9 +304,16 @@ func (m *Model) managePages(opmod uint16, in, out []byte) (uint8, uint32) {
 		if len(out) < 0x10+8*n {
 			return stBadOutLen, uint32(n)
 		}
+		// Before INIT_HCA and after TEARDOWN_HCA every page may go back
+		// (Linux reclaims startup pages on a failed start); in between, only
+		// what exceeds the firmware's need.
+		keep := 0
+		if m.inited && !m.torn {
+			keep = m.need
+		}
 		k := 0
 		for a := range m.pages {
-			if k == n || len(m.pages) <= m.need {
+			if k == n || len(m.pages) <= keep {
 				break
 			}
 			set64(out, 0x10+8*k, a)

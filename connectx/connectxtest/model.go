@@ -55,6 +55,9 @@ type Options struct {
 	ReservedLKey uint32
 	// LinkDown starts with the port down.
 	LinkDown bool
+	// PortMTU, when set, caps the vport MTU (hardware MTU, FCS included)
+	// whatever the driver asks for.
+	PortMTU int
 }
 
 // Faults injects failures.
@@ -66,8 +69,9 @@ type Faults struct {
 	// FailOp makes every command with this opcode fail with FailStatus.
 	FailOp     uint16
 	FailStatus uint8
-	// WrapWQE makes a multi-WQEBB WQE that crosses the ring end an error
-	// (default: also an error; set AllowWrap to accept it).
+	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
+	// default an error: Linux pads with NOPs, and whether silicon wraps is
+	// UNCONFIRMED).
 	AllowWrap bool
 }
 

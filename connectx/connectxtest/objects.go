@@ -147,6 +147,9 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 				return stBadParam, mtu
 			}
 			m.mtu = mtu
+			if m.opts.PortMTU != 0 && mtu > uint32(m.opts.PortMTU) {
+				m.mtu = uint32(m.opts.PortMTU) // the port's limit wins
+			}
 		}
 		if fs&(1<<4) != 0 {
 			m.promisc = u32(c, 0xF0) & 0xE0000000
