@@ -131,9 +131,12 @@ func (m *Model) command(slot int) {
 	in = in[:inLen]
 	out := make([]byte, max(16, outLen)+16+mailboxes(outLen)*512)
 	op := uint16(u32(in, 0) >> 16)
-	st, synd := m.execute(op, uint16(u32(in, 4)), in, out[:max(outLen, 16)])
-	if m.faults.FailOp != 0 && op == m.faults.FailOp && st == stOK {
-		st, synd = m.faults.FailStatus, 0xBAD
+	var st uint8
+	var synd uint32
+	if m.faults.FailOp != 0 && op == m.faults.FailOp {
+		st, synd = m.faults.FailStatus, 0xBAD // refused before taking effect
+	} else {
+		st, synd = m.execute(op, uint16(u32(in, 4)), in, out[:max(outLen, 16)])
 	}
 	if st != stOK {
 		m.stats.CmdFailed++

@@ -69,6 +69,9 @@ type Faults struct {
 	// FailOp makes every command with this opcode fail with FailStatus.
 	FailOp     uint16
 	FailStatus uint8
+	// HoldTx makes the card take doorbells but not execute them until
+	// ReleaseTx (a paused port: the send queue fills up).
+	HoldTx bool
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
@@ -182,6 +185,7 @@ type Model struct {
 	ftes  map[[2]uint32]fte // (table, index)
 	root  uint32
 	out   [][]byte
+	held  map[uint32][]byte // doorbells taken under HoldTx
 	rxScr []byte
 	txScr []byte
 }
@@ -265,6 +269,26 @@ func (m *Model) SetPeer(f func([]byte)) {
 	m.mu.Lock()
 	m.peer = f
 	m.mu.Unlock()
+}
+
+// ReleaseTx ends HoldTx and executes the doorbells taken meanwhile.
+func (m *Model) ReleaseTx() {
+	m.mu.Lock()
+	m.faults.HoldTx = false
+	for sqn, db := range m.held {
+		if sq := m.sqs[sqn]; sq != nil {
+			m.processSQ(sqn, sq, db)
+		}
+	}
+	m.held = nil
+	out, peer := m.out, m.peer
+	m.out = nil
+	m.mu.Unlock()
+	for _, f := range out {
+		if peer != nil {
+			peer(f)
+		}
+	}
 }
 
 // Activity is signalled whenever the model writes a CQE or EQE: what an
@@ -416,6 +440,13 @@ func (m *Model) uarWrite(off, prev, v uint32) {
 		sq := m.sqs[sqn]
 		if sq == nil || sq.uar != page {
 			m.violation("doorbell on UAR %d for SQ %#x that is not bound to it", page, sqn)
+			return
+		}
+		if m.faults.HoldTx {
+			if m.held == nil {
+				m.held = map[uint32][]byte{}
+			}
+			m.held[sqn] = db
 			return
 		}
 		m.processSQ(sqn, sq, db)
