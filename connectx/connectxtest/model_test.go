@@ -162,7 +162,7 @@ func TestCommandStatuses(t *testing.T) {
 		{"teardown before init", in(connectx.OpTeardownHCA, 0, 16), 16, connectx.StatBadSysState},
 	} {
 		if s := st(c.in, c.outLen); s != uint8(c.want) {
-			t.Errorf("%s: status %#x, want %#x", c.name, s, c.want)
+			t.Errorf("%s: status %#x, want %#x", c.name, s, uint8(c.want))
 		}
 	}
 	// Pages: misaligned and duplicate addresses are refused, a short list too.
@@ -198,4 +198,144 @@ func TestInitSegmentMisuse(t *testing.T) {
 	if m.ConfigSpace().Read32(0)&0xFFFF != 0x15B3 || m.ConfigSpace().Read32(64) != 0xFFFFFFFF {
 		t.Error("config space")
 	}
+}
+
+// initHCA takes a raw command interface through ENABLE_HCA, pages and
+// INIT_HCA.
+func (r *raw) initHCA() {
+	st := func(b []byte, outLen int) []byte {
+		ds, s, out := r.cmd(b, outLen, nil)
+		if ds != 0 || s != 0 {
+			r.t.Fatalf("command %#x: delivery %#x status %#x", binary.BigEndian.Uint16(b), ds, s)
+		}
+		return out
+	}
+	st(in(connectx.OpEnableHCA, 0, 16), 16)
+	out := st(in(connectx.OpQueryPages, connectx.PagesInit, 16), 16)
+	n := int(binary.BigEndian.Uint32(out[0x0C:]))
+	mp := in(connectx.OpManagePages, connectx.ManagePagesGive, 0x10+8*n)
+	binary.BigEndian.PutUint32(mp[0x0C:], uint32(n))
+	for i := 0; i < n; i++ {
+		b, err := r.mem.Alloc(4096, 4096, dma.Cached)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.mem.SyncForDevice(b, dma.Bidirectional)
+		binary.BigEndian.PutUint64(mp[0x10+8*i:], uint64(b.Addr()))
+	}
+	st(mp, 16)
+	st(in(connectx.OpInitHCA, 0, 16), 16)
+}
+
+func TestObjectStatuses(t *testing.T) {
+	r := newRaw(t, connectxtest.Options{})
+	r.initHCA()
+	obj := func(b []byte) (uint8, uint32) {
+		ds, s, out := r.cmd(b, 16, nil)
+		if ds != 0 {
+			t.Fatalf("delivery %#x", ds)
+		}
+		return s, binary.BigEndian.Uint32(out[8:]) & 0xFFFFFF
+	}
+	with := func(op uint16, n int, f func(b []byte)) []byte {
+		b := in(op, 0, n)
+		f(b)
+		return b
+	}
+	id := func(op uint16, v uint32) []byte {
+		return with(op, 16, func(b []byte) { binary.BigEndian.PutUint32(b[8:], v) })
+	}
+	_, uar := obj(in(connectx.OpAllocUAR, 0, 16))
+	_, pd := obj(in(connectx.OpAllocPD, 0, 16))
+	eqRing, _ := r.mem.Alloc(4096, 4096, dma.Coherent)
+	cqRing, _ := r.mem.Alloc(4096, 4096, dma.Coherent)
+	dbr, _ := r.mem.Alloc(64, 64, dma.Coherent)
+	s, eqn := obj(with(connectx.OpCreateEQ, 0x118, func(b []byte) {
+		binary.BigEndian.PutUint32(b[0x10+0x0C:], 6<<24|uar)
+		binary.BigEndian.PutUint64(b[0x110:], uint64(eqRing.Addr()))
+	}))
+	if s != 0 {
+		t.Fatalf("CREATE_EQ %#x", s)
+	}
+	cq := func(eq uint32, w0 uint32) []byte {
+		return with(connectx.OpCreateCQ, 0x118, func(b []byte) {
+			binary.BigEndian.PutUint32(b[0x10:], w0)
+			binary.BigEndian.PutUint32(b[0x10+0x0C:], 6<<24|uar)
+			binary.BigEndian.PutUint32(b[0x10+0x14:], eq)
+			binary.BigEndian.PutUint64(b[0x10+0x38:], uint64(dbr.Addr()))
+			binary.BigEndian.PutUint64(b[0x110:], uint64(cqRing.Addr()))
+		})
+	}
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want connectx.CmdStatus
+	}{
+		{"DEALLOC_UAR unknown", id(connectx.OpDeallocUAR, 9), connectx.StatBadResource},
+		{"DEALLOC_PD unknown", id(connectx.OpDeallocPD, 999), connectx.StatBadResource},
+		{"DESTROY_CQ unknown", id(connectx.OpDestroyCQ, 999), connectx.StatBadResource},
+		{"DESTROY_SQ unknown", id(connectx.OpDestroySQ, 999), connectx.StatBadResource},
+		{"DESTROY_RQ unknown", id(connectx.OpDestroyRQ, 999), connectx.StatBadResource},
+		{"DESTROY_TIS unknown", id(connectx.OpDestroyTIS, 999), connectx.StatBadResource},
+		{"DESTROY_TIR unknown", id(connectx.OpDestroyTIR, 999), connectx.StatBadResource},
+		{"DEALLOC_TD unknown", id(connectx.OpDeallocTransportDom, 999), connectx.StatBadResource},
+		{"DESTROY_EQ unknown", id(connectx.OpDestroyEQ, 99), connectx.StatBadResource},
+		{"CQ on unknown EQ", cq(99, 0), connectx.StatBadResource},
+		{"CQ with 128-byte CQEs", cq(eqn, 1<<21), connectx.StatBadParam},
+		{"CQ with compression", cq(eqn, 1<<14), connectx.StatBadParam},
+		{"TIS on unknown TD", with(connectx.OpCreateTIS, 0xC0, func(b []byte) { b[0x47] = 9 }), connectx.StatBadResource},
+		{"MODIFY_SQ unknown", with(connectx.OpModifySQ, 0x110, func(b []byte) { b[0x0B] = 9 }), connectx.StatBadResource},
+		{"TIR on unknown RQ", with(connectx.OpCreateTIR, 0x120, func(b []byte) { b[0x3F] = 9 }), connectx.StatBadResource},
+		{"TIR with indirect dispatch", with(connectx.OpCreateTIR, 0x120, func(b []byte) { b[0x24] = 0x10 }), connectx.StatBadParam},
+		{"flow table of type 1", with(connectx.OpCreateFlowTable, 0x40, func(b []byte) { b[0x10] = 1 }), connectx.StatBadParam},
+		{"flow group on unknown table", with(connectx.OpCreateFlowGroup, 0x400, func(b []byte) { b[0x17] = 9 }), connectx.StatBadResource},
+		{"SQ on unknown CQ", with(connectx.OpCreateSQ, 0x118, func(b []byte) { b[0x20] = 0x80; b[0x40] = 0; b[0x41] = 1 }), connectx.StatBadResource},
+		{"SQ without rlkey", with(connectx.OpCreateSQ, 0x118, func(b []byte) { b[0x41] = 1 }), connectx.StatBadParam},
+		{"RQ not created in RST", with(connectx.OpCreateRQ, 0x118, func(b []byte) { b[0x20] = 0x80; b[0x21] = 0x10 }), connectx.StatBadParam},
+		{"vport unknown field", with(connectx.OpModifyNICVportCtx, 0x200, func(b []byte) { b[0x0F] = 1 }), connectx.StatBadParam},
+		{"vport MTU 20", with(connectx.OpModifyNICVportCtx, 0x200, func(b []byte) { b[0x0F] = 0x40; b[0x127] = 20 }), connectx.StatBadParam},
+		{"INIT_HCA twice", in(connectx.OpInitHCA, 0, 16), connectx.StatBadSysState},
+		{"SET_ISSI after INIT_HCA", in(connectx.OpSetISSI, 0, 16), connectx.StatBadSysState},
+		{"DISABLE_HCA before teardown", in(connectx.OpDisableHCA, 0, 16), connectx.StatBadSysState},
+	} {
+		if s, _ := obj(c.in); s != uint8(c.want) {
+			t.Errorf("%s: status %#x, want %#x", c.name, s, uint8(c.want))
+		}
+	}
+	if s, cqn := obj(cq(eqn, 0)); s != 0 || cqn == 0 {
+		t.Fatalf("CREATE_CQ %#x", s)
+	}
+	if s, _ := obj(id(connectx.OpDestroyEQ, eqn)); s != uint8(connectx.StatResourceBusy) {
+		t.Errorf("DESTROY_EQ with a CQ on it: %#x", s)
+	}
+	if s, _ := obj(id(connectx.OpDeallocUAR, uar)); s != uint8(connectx.StatResourceBusy) {
+		t.Errorf("DEALLOC_UAR in use: %#x", s)
+	}
+	if s, _ := obj(id(connectx.OpDeallocPD, pd)); s != 0 {
+		t.Errorf("DEALLOC_PD: %#x", s)
+	}
+	// Page reclaim: only what exceeds the need while initialised, all
+	// after TEARDOWN_HCA.
+	take := func() int {
+		b := in(connectx.OpManagePages, connectx.ManagePagesTake, 16)
+		b[0x0F] = 64
+		ds, s, out := r.cmd(b, 0x10+8*64, nil)
+		if ds != 0 || s != 0 {
+			t.Fatalf("take: %#x %#x", ds, s)
+		}
+		return int(binary.BigEndian.Uint32(out[8:]))
+	}
+	if n := take(); n != 0 {
+		t.Errorf("firmware gave back %d pages it needs", n)
+	}
+	if s, _ := obj(in(connectx.OpTeardownHCA, 0, 16)); s != 0 {
+		t.Fatal("TEARDOWN_HCA")
+	}
+	if n := take(); n != 20 {
+		t.Errorf("%d pages back after teardown", n)
+	}
+	if v := r.m.Violations(); len(v) != 0 {
+		t.Errorf("violations %v", v)
+	}
+	r.mem.Take() // pages the test never frees
 }

@@ -423,6 +423,12 @@ func (m *Model) createWQ(send bool, in, out []byte) (uint8, uint32) {
 	c := in[0x20:]
 	w0 := u32(c, 0)
 	q := &wq{isSend: send, rlkey: w0>>31 != 0, cqn: bitsAt(c, 0x08, 23, 0)}
+	if st := (w0 >> 20) & 0xF; st != 0 {
+		return stBadParam, st // created in RST
+	}
+	if !q.rlkey {
+		return stBadParam, 0x31 // the model only does physical addressing with the reserved lkey
+	}
 	if send {
 		q.flush = (w0>>28)&1 != 0
 		if n := bitsAt(c, 0x20, 31, 16); n != 1 {
@@ -432,12 +438,6 @@ func (m *Model) createWQ(send bool, in, out []byte) (uint8, uint32) {
 		if _, ok := m.tises[q.tis]; !ok {
 			return stBadResource, q.tis
 		}
-	}
-	if st := (w0 >> 20) & 0xF; st != 0 {
-		return stBadParam, st // created in RST
-	}
-	if !q.rlkey {
-		return stBadParam, 0x31 // the model only does physical addressing with the reserved lkey
 	}
 	if m.cqs[q.cqn] == nil {
 		return stBadResource, q.cqn
