@@ -71,7 +71,7 @@ bench-qemu:
 
 bench-host:
 	@mkdir -p build/bench
-	$(GO) test -run '^$$' -bench . -benchtime 200ms -count $(BENCHCOUNT) ./bounce/ ./fec/ ./tso/ ./internal/pkt/ > build/bench/host.txt
+	$(GO) test -run '^$$' -bench . -benchtime 200ms -count $(BENCHCOUNT) ./bounce/ ./fec/ ./tso/ ./internal/pkt/ ./connectx/ > build/bench/host.txt
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count $(BENCHCOUNT) ./netstack/ >> build/bench/host.txt
 	$(GO) tool benchstat build/bench/host.txt > build/bench/host-benchstat.txt
 	cat build/bench/host-benchstat.txt

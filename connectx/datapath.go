@@ -244,10 +244,11 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		clear(w)
 		c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: OpcodeNOP, SQN: n.obj.sq, DS: 1}
 		c.Encode(w)
-		sq.slots[at] = txSlot{n: 1}
+		sq.slots[at] = txSlot{n: 1, maps: sq.slots[at].maps[:0]}
 		sq.pc++
 	}
-	maps := make([]dma.Buffer, 0, len(data))
+	at := sq.pc & (sq.size - 1)
+	maps := sq.slots[at].maps[:0] // reuse the slot's slice: no allocation per send
 	for _, d := range data {
 		b, err := n.mem.Map(d, dma.ToDevice)
 		if err != nil {
@@ -258,7 +259,6 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		}
 		maps = append(maps, b)
 	}
-	at := sq.pc & (sq.size - 1)
 	w := ring[at*WQEBB : (at+nbb)*WQEBB]
 	clear(w)
 	c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: opcode, SQN: n.obj.sq, DS: uint8(ds), FmCeSe: CtrlCQUpdate}
@@ -317,7 +317,7 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 			done = append(done, completion{s.cookie, e})
 		}
 		sq.cc += s.n
-		*s = txSlot{}
+		*s = txSlot{maps: s.maps[:0]}
 		if last {
 			break
 		}
