@@ -296,3 +296,23 @@ func TestReceiveOutOfBuffers(t *testing.T) {
 		f.Release()
 	}
 }
+
+// The model catches a 64-bit doorbell whose halves are not written as an
+// ordered pair, and doorbell bytes that are not the WQE's first 8 bytes.
+func TestDoorbellMisuse(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+	const uar = 1 * 4096 // the model's first UAR page, the driver's
+	r.Model.Write32(uar+0x804, 0)
+	if v := r.Model.Violations(); len(v) != 1 || !strings.Contains(v[0], "second half") {
+		t.Fatalf("halves out of order: %v", v)
+	}
+	if err := r.NIC.Transmit([][]byte{udp4(make([]byte, 10), true)}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.Model.Write32(uar+0x800, 0x12345678)
+	r.Model.Write32(uar+0x804, 0x9ABCDEF0)
+	v := r.Model.Violations()
+	if len(v) == 0 || !strings.Contains(strings.Join(v, " "), "doorbell") {
+		t.Fatalf("bad doorbell bytes: %v", v)
+	}
+}
