@@ -24,6 +24,7 @@ type NIC struct {
 	mu        sync.Mutex
 	closed    bool
 	busMaster bool
+	broken    error // a CQ reported an error: its completions stopped
 	undo      []undo
 	pages     map[dma.Addr]dma.Buffer // firmware pages the card holds
 	eq        queue                   // event queue ring

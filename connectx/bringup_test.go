@@ -189,3 +189,23 @@ func TestOpenCloseTwice(t *testing.T) {
 		t.Fatalf("transmit after close: %v", err)
 	}
 }
+
+// A ConnectX-4 on firmware 14.12.1220 asked for 6 boot and 12,868 init pages
+// (about 50 MiB; Snabb's mlx5_core trace). The driver gives them in
+// MANAGE_PAGES commands of at most 16 mailboxes each and takes every one
+// back at Close.
+func TestRealisticPageCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MiB of pages")
+	}
+	mem := dmatest.New(t, dmatest.Options{CoherentSize: 4 << 20, CachedSize: 56 << 20, NoTrace: true})
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Mem: mem, Model: func(o *connectxtest.Options) {
+		o.BootPages, o.InitPages = 6, 12868
+	}})
+	if st := r.Model.State(); st.Pages != 12874 {
+		t.Fatalf("%d pages held", st.Pages)
+	}
+	if s := r.NIC.Stats(); s.PagesGiven != 12874 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -54,6 +54,7 @@ var (
 	ErrSendFailed  = errors.New("connectx: the card reported a send error")
 	ErrRxError     = errors.New("connectx: the card reported a receive error")
 	ErrNoPages     = errors.New("connectx: firmware page request refused")
+	ErrCQError     = errors.New("connectx: completion queue failed")
 )
 
 // Config describes one function.

@@ -216,6 +216,9 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 // maps its data and rings the doorbell. Called with n.mu held; it returns
 // completions reclaimed on the way, to be delivered without the lock.
 func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte, cookie any) ([]completion, error) {
+	if n.broken != nil {
+		return nil, n.broken
+	}
 	if len(data) > maxDataSegs {
 		n.stats.TxBadPacket++
 		return nil, fmt.Errorf("%w: %d data segments (max %d)", ErrTooManySegs, len(data), maxDataSegs)
@@ -427,6 +430,8 @@ func (n *NIC) pollEQ() {
 			n.link = ev.SubType == 4
 		case EventCQError:
 			n.stats.CQErrors++
+			cqn, syn := ev.CQN()
+			n.broken = fmt.Errorf("%w: CQ %#x error, syndrome %d (1 overrun, 2 access violation)", ErrCQError, cqn, syn)
 		}
 	}
 	if seen {

@@ -170,9 +170,11 @@ func TestRingFullWrapAndCounterWrap(t *testing.T) {
 		err := a.NIC.Transmit(frags, true, sent)
 		if err != nil {
 			if !a.NIC.Full(err) {
-				t.Fatal(err)
+				t.Fatalf("after %d sends: %v (model %+v)", sent, err, a.Model.Stats())
 			}
-			full++
+			if full++; full > 3*sent+100 {
+				t.Fatalf("ring stays full after %d sends: driver %+v model %+v", sent, a.NIC.Stats(), a.Model.Stats())
+			}
 			a.Model.ReleaseTx()
 			a.NIC.Poll()
 			continue
