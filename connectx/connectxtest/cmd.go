@@ -57,6 +57,14 @@ func (m *Model) chain(ptr uint64, n int, token uint8, data []byte, bad uint8) (a
 		if blk[pbToken] != token {
 			return nil, dsToken
 		}
+		for _, b := range blk[0x200:0x230] {
+			if b != 0 {
+				return nil, dsResNotClr // mlx5_cmd_prot_block rsvd0
+			}
+		}
+		if blk[0x23C] != 0 {
+			return nil, dsResNotClr
+		}
 		if data != nil {
 			copy(data[16+i*512:], blk[:512])
 		}
@@ -107,6 +115,10 @@ func (m *Model) command(slot int) {
 	}
 	if e[lyType] != 0x07 {
 		finish(dsBadType)
+		return
+	}
+	if e[1]|e[2]|e[3]|e[0x3E] != 0 {
+		finish(dsResNotClr) // mlx5_cmd_layout rsvd0, rsvd1
 		return
 	}
 	if inLen < 8 || inLen > 16+64*512 {

@@ -100,13 +100,14 @@ const (
 	stBadInLen    = 0x50
 	stBadOutLen   = 0x51
 
-	dsToken    = 0x02
-	dsBlockNum = 0x03
-	dsOutPtr   = 0x04
-	dsInPtr    = 0x05
-	dsInLen    = 0x07
-	dsOutLen   = 0x08
-	dsBadType  = 0x10
+	dsToken     = 0x02
+	dsBlockNum  = 0x03
+	dsOutPtr    = 0x04
+	dsInPtr     = 0x05
+	dsInLen     = 0x07
+	dsOutLen    = 0x08
+	dsResNotClr = 0x09
+	dsBadType   = 0x10
 )
 
 // BAR0 layout: init segment, then UAR pages 1..uarPages-1.

@@ -110,6 +110,8 @@ func TestDeliveryStatuses(t *testing.T) {
 		want  uint8
 	}{
 		{"bad type", func(e []byte, _ []dma.Buffer) { e[0] = 6 }, connectx.DeliveryBadType},
+		{"entry reserved byte", func(e []byte, _ []dma.Buffer) { e[2] = 1 }, connectx.DeliveryResNotClear},
+		{"mailbox reserved byte", func(_ []byte, mb []dma.Buffer) { mb[0].Bytes()[0x210] = 1 }, connectx.DeliveryResNotClear},
 		{"mailbox token", func(_ []byte, mb []dma.Buffer) { mb[0].Bytes()[0x23D]++ }, connectx.DeliveryToken},
 		{"block number", func(_ []byte, mb []dma.Buffer) { mb[0].Bytes()[0x23B] = 5 }, connectx.DeliveryBadBlockNum},
 		{"input pointer", func(e []byte, _ []dma.Buffer) { e[0x0F] |= 0x40 }, connectx.DeliveryInPtrAlign},
