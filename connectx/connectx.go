@@ -100,7 +100,7 @@ type Caps struct {
 	MinInlineMode int // vport min_wqe_inline_mode (0 none, 1 L2, 2 IP, 3 TCP/UDP)
 }
 
-// Initial values of the page stages (filled by bring-up) and object numbers.
+// objects are the numbers the card gave the driver's objects.
 type objects struct {
 	uar, eqn, pd, td, rlkey uint32
 	txcq, rxcq, tis, sq, rq uint32

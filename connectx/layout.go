@@ -279,23 +279,22 @@ type CmdStatus uint8
 
 // Command statuses.
 const (
-	StatOK              CmdStatus = 0x00
-	StatInternal        CmdStatus = 0x01
-	StatBadOp           CmdStatus = 0x02
-	StatBadParam        CmdStatus = 0x03
-	StatBadSysState     CmdStatus = 0x04
-	StatBadResource     CmdStatus = 0x05
-	StatResourceBusy    CmdStatus = 0x06
-	StatExceedLimit     CmdStatus = 0x08
-	StatBadResState     CmdStatus = 0x09
-	StatBadIndex        CmdStatus = 0x0A
-	StatNoResources     CmdStatus = 0x0F
-	StatBadInputLen     CmdStatus = 0x50
-	StatBadOutputLen    CmdStatus = 0x51
-	StatBadResStateQP   CmdStatus = 0x10
-	StatBadPacket       CmdStatus = 0x30
-	StatBadSize         CmdStatus = 0x40
-	StatDeliveryTimeout CmdStatus = 0xFF // not a card status: no answer in time
+	StatOK            CmdStatus = 0x00
+	StatInternal      CmdStatus = 0x01
+	StatBadOp         CmdStatus = 0x02
+	StatBadParam      CmdStatus = 0x03
+	StatBadSysState   CmdStatus = 0x04
+	StatBadResource   CmdStatus = 0x05
+	StatResourceBusy  CmdStatus = 0x06
+	StatExceedLimit   CmdStatus = 0x08
+	StatBadResState   CmdStatus = 0x09
+	StatBadIndex      CmdStatus = 0x0A
+	StatNoResources   CmdStatus = 0x0F
+	StatBadInputLen   CmdStatus = 0x50
+	StatBadOutputLen  CmdStatus = 0x51
+	StatBadResStateQP CmdStatus = 0x10
+	StatBadPacket     CmdStatus = 0x30
+	StatBadSize       CmdStatus = 0x40
 )
 
 var statusNames = map[CmdStatus]string{

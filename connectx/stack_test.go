@@ -300,6 +300,7 @@ func runPair(t *testing.T, a, b *host, w *connectxtest.Wire, lossyWire bool) {
 		w.SetFilter(lossy())
 	}
 	n := bulk()
+	t.Logf("%d bytes each way, IPv4 then IPv6", n)
 	for i, v6 := range []bool{false, true} {
 		if err := transfer(t, a, b, v6, uint16(5000+2*i), n); err != nil {
 			t.Fatalf("a->b v6=%v: %v\n== a\n%s== b\n%s", v6, err, a.diag(), b.diag())
