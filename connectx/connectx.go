@@ -66,8 +66,8 @@ type Config struct {
 	// coherent region, firmware pages and receive buffers from its cached
 	// one; transmitted payload is mapped in place.
 	Mem dma.Memory
-	// TxRing is the send queue in 64-byte WQEBBs, RxRing the receive
-	// queue in buffers (powers of two; default 256 each).
+	// TxRing is the send queue in 64-byte WQEBBs (at least 32), RxRing the
+	// receive queue in buffers (at least 16); powers of two, default 256.
 	TxRing, RxRing int
 	// RxBufSize is each receive buffer (default 2048).
 	RxBufSize int
@@ -128,10 +128,13 @@ func (c *Config) defaults() error {
 	def(&c.RxBufSize, 2048)
 	def(&c.MTU, 1500)
 	def(&c.MaxPages, 16384)
-	for _, n := range []int{c.TxRing, c.RxRing} {
-		if n < 16 || n&(n-1) != 0 || n > 1<<15 {
-			return fmt.Errorf("connectx: ring size %d must be a power of two in 16..32768", n)
-		}
+	// The SQ holds at least two of the largest WQEs (16 WQEBBs): with NOP
+	// padding to the ring end, a ring of one would fit it only at offset 0.
+	if c.TxRing < 2*MaxWQEBBs || c.TxRing&(c.TxRing-1) != 0 || c.TxRing > 1<<15 {
+		return fmt.Errorf("connectx: TX ring of %d WQEBBs must be a power of two in 32..32768", c.TxRing)
+	}
+	if c.RxRing < 16 || c.RxRing&(c.RxRing-1) != 0 || c.RxRing > 1<<15 {
+		return fmt.Errorf("connectx: RX ring of %d must be a power of two in 16..32768", c.RxRing)
 	}
 	if c.RxBufSize < c.MTU+22 || c.RxBufSize%dma.CacheLine != 0 {
 		return fmt.Errorf("connectx: receive buffer %d too small for MTU %d or not whole cache lines", c.RxBufSize, c.MTU)

@@ -48,10 +48,14 @@ type recvQueue struct {
 	slotBuf []uint32     // which buffer each WQE slot holds
 }
 
-// maxDataSegs is the most data segments a WQE carries beside the largest
-// inline header this driver writes (tso headers: at most 14+8+60+60 bytes,
-// 9 DS): 16 WQEBBs = 64 DS, less ctrl, eth and inline.
-const maxDataSegs = MaxWQEBBs*4 - 2 - 9
+// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits (and 16
+// WQEBBs hold 64).
+const maxDS = 63
+
+// maxDataSegs is the most data segments a WQE always carries, beside the
+// largest inline header this driver writes (at most 14+8+60+60 bytes, 9 DS
+// with the eth segment): what Info reports.
+const maxDataSegs = maxDS - 1 - 9
 
 func (n *NIC) allocRx() error {
 	var err error
@@ -219,11 +223,11 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	if n.broken != nil {
 		return nil, n.broken
 	}
-	if len(data) > maxDataSegs {
-		n.stats.TxBadPacket++
-		return nil, fmt.Errorf("%w: %d data segments (max %d)", ErrTooManySegs, len(data), maxDataSegs)
-	}
 	ds := 1 + InlineDS(len(inline)) + len(data)
+	if ds > maxDS {
+		n.stats.TxBadPacket++
+		return nil, fmt.Errorf("%w: %d data segments after %d inline bytes (%d DS, max %d)", ErrTooManySegs, len(data), len(inline), ds, maxDS)
+	}
 	nbb := uint32((ds + 3) / 4)
 	sq := &n.sq
 	need := func() uint32 {

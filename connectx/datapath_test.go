@@ -153,7 +153,7 @@ func TestSmallGSOIsAPlainSend(t *testing.T) {
 // padding keeps WQEs from crossing its end, and the 16-bit WQE counter wraps
 // (more than 65536 WQEBBs), all without a model violation.
 func TestRingFullWrapAndCounterWrap(t *testing.T) {
-	a, b, w := pairRigs(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.TxRing = 16 }})
+	a, b, w := pairRigs(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.TxRing = 32 }})
 	frame := udp4(make([]byte, 400), false)
 	frags := [][]byte{frame[:30]}
 	for i := 30; i < len(frame); i += 32 {
@@ -316,5 +316,60 @@ func TestDoorbellMisuse(t *testing.T) {
 	v := r.Model.Violations()
 	if len(v) == 0 || !strings.Contains(strings.Join(v, " "), "doorbell") {
 		t.Fatalf("bad doorbell bytes: %v", v)
+	}
+}
+
+// LSO WQEs of every size from 2 to 16 WQEBBs (1 to 57 payload views), at
+// every start offset of the smallest ring (32 WQEBBs), segment correctly.
+func TestLSOAllSizesAndOffsets(t *testing.T) {
+	a, _, w := pairRigs(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.TxRing = 32 }})
+	var got []byte
+	frames := 0
+	const hl = 14 + 20 + 32
+	w.SetTap(func(_ int, f []byte) { got = append(got, f[hl:]...); frames++ })
+	payload := make([]byte, 2120)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	sizes := map[int]bool{}
+	for round := 0; round < 3; round++ {
+		for k := 1; k <= 57; k++ {
+			hdr := tcpHeaders(t, false, len(payload), 0x08, true)
+			if len(hdr) != hl {
+				t.Fatalf("headers of %d bytes", len(hdr))
+			}
+			var vs [][]byte
+			for i := 0; i < k; i++ {
+				vs = append(vs, payload[len(payload)*i/k:len(payload)*(i+1)/k])
+			}
+			ds := 1 + connectx.InlineDS(hl) + k
+			sizes[(ds+3)/4] = true
+			got, frames = got[:0], 0
+			// The model completes sends at once: the ring is never full.
+			if err := a.NIC.TransmitGSO(hdr, vs, tso.Options{Type: tso.TCP, MSS: 1000}, k); err != nil {
+				t.Fatalf("%d views: %v", k, err)
+			}
+			if frames != 3 || !bytes.Equal(got, payload) {
+				t.Fatalf("%d views: %d frames, payload equal %v", k, frames, bytes.Equal(got, payload))
+			}
+		}
+	}
+	a.NIC.Poll()
+	for _, d := range a.Completions() {
+		if d.Err != nil {
+			t.Fatal(d.Err)
+		}
+	}
+	for n := 2; n <= 16; n++ {
+		if !sizes[n] {
+			t.Errorf("no WQE of %d WQEBBs", n)
+		}
+	}
+	var vs [][]byte
+	for i := 0; i < 58; i++ {
+		vs = append(vs, payload[i*30:i*30+30])
+	}
+	if err := a.NIC.TransmitGSO(tcpHeaders(t, false, 58*30, 0, true), vs, tso.Options{Type: tso.TCP, MSS: 1000}, nil); !errors.Is(err, connectx.ErrTooManySegs) {
+		t.Fatalf("58 views: %v", err)
 	}
 }
