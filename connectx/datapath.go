@@ -449,8 +449,14 @@ type Frame struct {
 	id       uint32
 	data     []byte
 	ip4, l4  bool
+	csum     uint16
 	released bool
 }
+
+// CheckSum returns the card's raw ones'-complement sum of the frame from
+// the IP header to the end of the IP datagram (CQE check_sum, what Linux
+// uses for CHECKSUM_COMPLETE), folded and not complemented.
+func (f *Frame) CheckSum() uint16 { return f.csum }
 
 // Bytes returns the frame from the destination MAC, without FCS.
 func (f *Frame) Bytes() []byte { return f.data }
@@ -504,7 +510,8 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		if l3ok && l4ok {
 			n.stats.RxCsumOK++
 		}
-		return &Frame{n: n, id: id, data: b.Bytes()[:c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok}, nil
+		return &Frame{n: n, id: id, data: b.Bytes()[:c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
+			csum: c.CheckSum}, nil
 	}
 	n.stats.RxErrors++
 	n.mem.SyncForCPU(b, dma.FromDevice)
