@@ -1,7 +1,7 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...
 FUZZTIME  ?= 30s
 
 .PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
@@ -27,17 +27,17 @@ unit:
 race:
 	$(GO) test -race -p 1 -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie, e1000e must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie, e1000e, connectx must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > build/cover-test.log 2>&1 \
 	  || { grep -v '^ok\|no test files' build/cover-test.log | tail -80; exit 1; }
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie e1000e
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie e1000e connectx
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM;
 ## the packages without privileged instructions (checksum assembly included) also run under qemu-arm
 cross:
-	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/... ./e1000e/...
+	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/... ./e1000e/... ./connectx/...
 	@if command -v qemu-arm >/dev/null 2>&1; then \
 	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/..."; \
 	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
@@ -77,7 +77,7 @@ bench-qemu:
 
 bench-host:
 	@mkdir -p build/bench
-	$(GO) test -run '^$$' -bench . -benchtime 200ms -count $(BENCHCOUNT) ./bounce/ ./fec/ ./tso/ ./internal/pkt/ > build/bench/host.txt
+	$(GO) test -run '^$$' -bench . -benchtime 200ms -count $(BENCHCOUNT) ./bounce/ ./fec/ ./tso/ ./internal/pkt/ ./connectx/ > build/bench/host.txt
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count $(BENCHCOUNT) ./netstack/ >> build/bench/host.txt
 	$(GO) tool benchstat build/bench/host.txt > build/bench/host-benchstat.txt
 	cat build/bench/host-benchstat.txt

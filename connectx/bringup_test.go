@@ -1,0 +1,211 @@
+package connectx_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tamanic/tamanic/connectx"
+	"github.com/tamanic/tamanic/connectx/connectxtest"
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/internal/mmio"
+)
+
+// counting wraps DMA memory and counts live allocations.
+type counting struct {
+	*dmatest.Memory
+	mu   sync.Mutex
+	live map[dma.Addr]int
+}
+
+func (c *counting) Alloc(size, align int, attr dma.Attr) (dma.Buffer, error) {
+	b, err := c.Memory.Alloc(size, align, attr)
+	if err == nil {
+		c.mu.Lock()
+		c.live[b.Addr()] = size
+		c.mu.Unlock()
+	}
+	return b, err
+}
+
+func (c *counting) Free(b dma.Buffer) error {
+	c.mu.Lock()
+	delete(c.live, b.Addr())
+	c.mu.Unlock()
+	return c.Memory.Free(b)
+}
+
+func (c *counting) Live() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.live)
+}
+
+// open runs connectx.Open on a fresh model with faults f.
+func open(t *testing.T, mo func(*connectxtest.Options), f connectxtest.Faults, cfg func(*connectx.Config)) (*connectx.NIC, error, *connectxtest.Model, *counting) {
+	t.Helper()
+	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 4 << 20}), live: map[dma.Addr]int{}}
+	o := connectxtest.Options{Mem: mem.Memory}
+	if mo != nil {
+		mo(&o)
+	}
+	m := connectxtest.New(o)
+	m.SetFaults(f)
+	c := connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, FirmwareTimeout: 20 * time.Millisecond,
+		CmdTimeout: 20 * time.Millisecond}
+	if cfg != nil {
+		cfg(&c)
+	}
+	n, err := connectx.Open(c)
+	return n, err, m, mem
+}
+
+// clean checks that a failed bring-up left nothing behind: no memory, no
+// pages, no objects, HCA disabled, bus mastering off.
+func clean(t *testing.T, m *connectxtest.Model, mem *counting) {
+	t.Helper()
+	if l := mem.Live(); l != 0 {
+		t.Errorf("%d DMA allocations left", l)
+	}
+	if st := m.State(); st.Enabled || st.Pages != 0 || st.Objects != 0 || st.BusMaster {
+		t.Errorf("function left %+v", st)
+	}
+	for _, v := range m.Violations() {
+		t.Errorf("model: %s", v)
+	}
+}
+
+func TestFirmwareNeverReady(t *testing.T) {
+	n, err, m, mem := open(t, nil, connectxtest.Faults{NeverReady: true}, nil)
+	if n != nil || !errors.Is(err, connectx.ErrTimeout) || !strings.Contains(err.Error(), "initializing") {
+		t.Fatalf("Open: %v", err)
+	}
+	clean(t, m, mem)
+}
+
+func TestCommandTimeout(t *testing.T) {
+	for _, after := range []int{1, 5, 12, 25} {
+		n, err, m, mem := open(t, nil, connectxtest.Faults{StallAfter: after}, nil)
+		if n != nil || !errors.Is(err, connectx.ErrTimeout) {
+			t.Fatalf("stall after %d: Open: %v", after, err)
+		}
+		// The card stopped answering: teardown could run no command, so
+		// it cleared Bus Master Enable before freeing memory. The
+		// function's objects stay, but the card can no longer reach memory.
+		if l := mem.Live(); l != 0 {
+			t.Errorf("stall after %d: %d DMA allocations left", after, l)
+		}
+		if st := m.State(); st.BusMaster {
+			t.Errorf("stall after %d: bus master still on", after)
+		}
+		for _, v := range m.Violations() {
+			t.Errorf("model: %s", v)
+		}
+	}
+}
+
+func TestPageRequestRefused(t *testing.T) {
+	n, err, m, mem := open(t, func(o *connectxtest.Options) { o.InitPages = 64 }, connectxtest.Faults{},
+		func(c *connectx.Config) { c.MaxPages = 32 })
+	if n != nil || !errors.Is(err, connectx.ErrNoPages) {
+		t.Fatalf("Open: %v", err)
+	}
+	clean(t, m, mem)
+}
+
+// Every command of the bring-up failing in turn leaves nothing behind, and
+// the error names the command with its status and syndrome.
+func TestEachCommandFailing(t *testing.T) {
+	ops := []uint16{connectx.OpEnableHCA, connectx.OpQueryISSI, connectx.OpSetISSI, connectx.OpQueryPages, connectx.OpManagePages,
+		connectx.OpQueryHCACap, connectx.OpInitHCA, connectx.OpModifyNICVportCtx, connectx.OpQueryNICVportContext,
+		connectx.OpAllocUAR, connectx.OpCreateEQ, connectx.OpAllocPD, connectx.OpAllocTransportDomain,
+		connectx.OpQuerySpecialContexts, connectx.OpCreateCQ, connectx.OpCreateTIS, connectx.OpCreateSQ, connectx.OpModifySQ,
+		connectx.OpCreateRQ, connectx.OpModifyRQ, connectx.OpCreateTIR, connectx.OpCreateFlowTable,
+		connectx.OpCreateFlowGroup, connectx.OpSetFlowTableEntry, connectx.OpSetFlowTableRoot, connectx.OpQueryVportState}
+	for _, op := range ops {
+		n, err, m, mem := open(t, nil, connectxtest.Faults{FailOp: op, FailStatus: 0x03}, nil)
+		var ce *connectx.CmdError
+		if n != nil || !errors.As(err, &ce) || ce.Op != op || ce.Status != connectx.StatBadParam || ce.Syndrome != 0xBAD {
+			if op == connectx.OpQueryISSI && n != nil {
+				n.Close()
+			}
+			t.Errorf("op %#x: Open: %v", op, err)
+			continue
+		}
+		clean(t, m, mem)
+	}
+}
+
+func TestNotConnectX(t *testing.T) {
+	mem := dmatest.New(t, dmatest.Options{})
+	m := connectxtest.New(connectxtest.Options{Mem: mem, DeviceID: 0x1003})
+	if _, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem}); !errors.Is(err, connectx.ErrNotConnectX) {
+		t.Fatalf("ConnectX-3 accepted: %v", err)
+	}
+	if _, err := connectx.Open(connectx.Config{}); err == nil {
+		t.Fatal("empty config accepted")
+	}
+	if _, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, TxRing: 100}); err == nil {
+		t.Fatal("ring of 100 accepted")
+	}
+}
+
+// revRegs reports another command interface revision.
+type revRegs struct{ mmio.Regs }
+
+func (r revRegs) Read32(off uint32) uint32 {
+	if off == connectx.InitCmdIfRev {
+		return 0x0400_0000 // 4<<16, big-endian on a little-endian load
+	}
+	return r.Regs.Read32(off)
+}
+
+func TestCmdIfRev(t *testing.T) {
+	n, err, m, mem := open(t, nil, connectxtest.Faults{}, func(c *connectx.Config) { c.BAR0 = revRegs{c.BAR0} })
+	if n != nil || !errors.Is(err, connectx.ErrCmdIfRev) {
+		t.Fatalf("Open: %v", err)
+	}
+	clean(t, m, mem)
+}
+
+// A driver that forgets the big-endian swap of registers never gets past
+// the init segment: the model reads its command queue address as garbage.
+func TestOpenCloseTwice(t *testing.T) {
+	n, err, m, mem := open(t, nil, connectxtest.Faults{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clean(t, m, mem)
+	if err := n.Transmit([][]byte{make([]byte, 60)}, false, nil); !errors.Is(err, connectx.ErrClosed) {
+		t.Fatalf("transmit after close: %v", err)
+	}
+}
+
+// A ConnectX-4 on firmware 14.12.1220 asked for 6 boot and 12,868 init pages
+// (about 50 MiB; Snabb's mlx5_core trace). The driver gives them in
+// MANAGE_PAGES commands of at most 16 mailboxes each and takes every one
+// back at Close.
+func TestRealisticPageCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MiB of pages")
+	}
+	mem := dmatest.New(t, dmatest.Options{CoherentSize: 4 << 20, CachedSize: 56 << 20, NoTrace: true})
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Mem: mem, Model: func(o *connectxtest.Options) {
+		o.BootPages, o.InitPages = 6, 12868
+	}})
+	if st := r.Model.State(); st.Pages != 12874 {
+		t.Fatalf("%d pages held", st.Pages)
+	}
+	if s := r.NIC.Stats(); s.PagesGiven != 12874 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -1,0 +1,411 @@
+package connectxtest
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// Send WQE (qp.h): control segment at 0 (opmod|wqe_index|opcode, sqn|ds,
+// signature, fm_ce_se at byte 11), eth segment at 0x10 (cs_flags 0x14, mss
+// 0x16, inline_hdr.sz 0x1C, inline bytes from 0x1E), data segments
+// (byte_count, lkey, addr) after the inline header, 16-byte aligned.
+const (
+	opNOP, opSend, opLSO = 0x00, 0x0A, 0x0E
+	csL3, csL4           = 0x40, 0x80
+	synLength            = 0x01
+	synQPOp              = 0x02
+	synProt              = 0x04
+)
+
+// wqeError is a WQE the card refuses.
+type wqeError struct {
+	syn uint8
+	msg string
+}
+
+func errf(syn uint8, format string, a ...any) *wqeError {
+	return &wqeError{syn, fmt.Sprintf(format, a...)}
+}
+
+// readWQ reads n bytes of queue q at byte offset off through its page list.
+func (m *Model) readWQ(q *wq, off uint64, n int) ([]byte, error) {
+	b := make([]byte, n)
+	for done := 0; done < n; {
+		a, ok := pageAddr(q.pas, off+uint64(done))
+		if !ok {
+			return nil, fmt.Errorf("offset %#x beyond the page list", off)
+		}
+		k := min(n-done, int(4096-a%4096))
+		if err := m.mem.DeviceRead(dma.Addr(a), b[done:done+k]); err != nil {
+			return nil, err
+		}
+		done += k
+	}
+	return b, nil
+}
+
+// processSQ consumes the WQEs the doorbell record publishes.
+func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
+	if q.state != 1 {
+		return // RST or ERR: nothing is executed
+	}
+	pc := atomicLoadBE(q.dbr[4:]) & 0xFFFF
+	size := uint32(1) << q.logSize
+	// The doorbell carries the control segment of a posted WQE.
+	idx := uint32(binary.BigEndian.Uint16(db[1:3]))
+	if (pc-idx-1)&0xFFFF >= size {
+		m.violation("SQ %#x doorbell names WQE %d, not among those posted (record %d)", sqn, idx, pc)
+	} else if w, err := m.readWQ(q, uint64(idx&(size-1))*64, 8); err == nil && string(w) != string(db) {
+		m.violation("SQ %#x doorbell bytes %x differ from WQE %d's first 8 bytes %x", sqn, db, idx, w)
+	}
+	for q.ci != pc && q.state == 1 {
+		if (pc-q.ci)&0xFFFF > size {
+			m.violation("SQ %#x record %d is more than a ring ahead of the card (%d)", sqn, pc, q.ci)
+			return
+		}
+		n, cqe, werr := m.execWQE(sqn, q, size)
+		if werr != nil {
+			m.stats.TxWQEErrors++
+			m.violation("SQ %#x WQE %d: %s", sqn, q.ci, werr.msg)
+			var e [64]byte
+			e[0x37] = werr.syn
+			binary.BigEndian.PutUint32(e[0x38:], sqn)
+			binary.BigEndian.PutUint16(e[0x3C:], uint16(q.ci))
+			e[0x3F] = 0xD << 4
+			q.state = 3
+			m.postCQE(q.cqn, e[:])
+			return
+		}
+		if cqe != nil {
+			m.postCQE(q.cqn, cqe)
+		}
+		q.ci = (q.ci + n) & 0xFFFF
+	}
+}
+
+// execWQE runs the WQE at the card's counter and returns its WQEBBs and,
+// when it asked for one, its CQE.
+func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeError) {
+	at := q.ci & (size - 1)
+	ctrl, err := m.readWQ(q, uint64(at)*64, 16)
+	if err != nil {
+		return 0, nil, errf(synProt, "unreadable: %v", err)
+	}
+	w0, w1 := u32(ctrl, 0), u32(ctrl, 4)
+	opcode, index := uint8(w0), (w0>>8)&0xFFFF
+	ds := int(w1 & 0x3F)
+	if index != q.ci {
+		return 0, nil, errf(synQPOp, "wqe_index %d, card expects %d", index, q.ci)
+	}
+	if w1>>8 != sqn {
+		return 0, nil, errf(synQPOp, "sqn %#x in a WQE of SQ %#x", w1>>8, sqn)
+	}
+	if ds == 0 {
+		return 0, nil, errf(synQPOp, "ds count 0")
+	}
+	nbb := uint32(ds+3) / 4
+	if nbb > 16 {
+		return 0, nil, errf(synQPOp, "%d WQEBBs (max 16)", nbb)
+	}
+	if at+nbb > size && !m.faults.AllowWrap {
+		return 0, nil, errf(synQPOp, "WQE of %d WQEBBs at %d crosses the end of a %d-WQEBB ring", nbb, at, size)
+	}
+	wqe := make([]byte, 0, nbb*64)
+	for i := uint32(0); i < nbb; i++ {
+		b, err := m.readWQ(q, uint64((at+i)&(size-1))*64, 64)
+		if err != nil {
+			return 0, nil, errf(synProt, "unreadable: %v", err)
+		}
+		wqe = append(wqe, b...)
+	}
+	wqe = wqe[:ds*16]
+	var cqe []byte
+	if ce := (ctrl[11] >> 2) & 3; ce >= 2 {
+		cqe = make([]byte, 64)
+		cqe[0x38] = opcode
+		binary.BigEndian.PutUint32(cqe[0x38:], uint32(opcode)<<24|sqn)
+		binary.BigEndian.PutUint16(cqe[0x3C:], uint16(q.ci))
+		cqe[0x3F] = 0 // REQ
+	}
+	switch opcode {
+	case opNOP:
+		return nbb, cqe, nil
+	case opSend, opLSO:
+	default:
+		return 0, nil, errf(synQPOp, "opcode %#x", opcode)
+	}
+	if ds < 2 {
+		return 0, nil, errf(synQPOp, "send of %d DS has no eth segment", ds)
+	}
+	eth := wqe[16:]
+	flags, mss, ihs := eth[4], int(binary.BigEndian.Uint16(eth[6:])), int(binary.BigEndian.Uint16(eth[12:]))
+	inlDS := 1
+	if ihs > 2 {
+		inlDS += (ihs - 2 + 15) / 16
+	}
+	if 1+inlDS > ds {
+		return 0, nil, errf(synLength, "inline header of %d bytes needs %d DS, WQE has %d", ihs, 1+inlDS, ds)
+	}
+	frame := append([]byte(nil), eth[14:14+ihs]...)
+	for off := (1 + inlDS) * 16; off < ds*16; off += 16 {
+		bc, lkey, addr := u32(wqe, off), u32(wqe, off+4), u64(wqe, off+8)
+		if lkey != m.opts.ReservedLKey {
+			return 0, nil, errf(synProt, "data segment lkey %#x, not the reserved lkey %#x", lkey, m.opts.ReservedLKey)
+		}
+		if bc == 0 || bc > 1<<20 {
+			return 0, nil, errf(synLength, "data segment byte_count %d", bc)
+		}
+		p := make([]byte, bc)
+		if err := m.mem.DeviceRead(dma.Addr(addr), p); err != nil {
+			return 0, nil, errf(synProt, "data segment %#x+%d: %v", addr, bc, err)
+		}
+		frame = append(frame, p...)
+	}
+	if need := m.minInline(frame); ihs < need {
+		return 0, nil, errf(synLength, "inline header %d bytes, vport inline mode %d needs %d", ihs, m.opts.MinInlineMode, need)
+	}
+	if cqe != nil {
+		binary.BigEndian.PutUint32(cqe[0x2C:], uint32(len(frame)))
+	}
+	maxFrame := int(m.mtu) - 4 // hw MTU counts the FCS
+	if opcode == opSend {
+		if mss != 0 {
+			return 0, nil, errf(synQPOp, "SEND with mss %d", mss)
+		}
+		if len(frame) > maxFrame {
+			return 0, nil, errf(synLength, "frame of %d bytes exceeds the vport MTU (%d)", len(frame), maxFrame)
+		}
+		m.csum(frame, flags)
+		m.emit(frame)
+		return nbb, cqe, nil
+	}
+	if werr := m.lso(frame, ihs, mss, flags, maxFrame); werr != nil {
+		return 0, nil, werr
+	}
+	return nbb, cqe, nil
+}
+
+// minInline is what the vport's min_wqe_inline_mode requires inline.
+func (m *Model) minInline(f []byte) int {
+	need := 0
+	switch m.opts.MinInlineMode {
+	case 1:
+		need = 18 // L2 with one VLAN tag
+	case 2, 3:
+		h, err := pkt.Parse(f)
+		if err != nil {
+			return min(len(f), 18)
+		}
+		need = h.L4
+		if m.opts.MinInlineMode == 3 && h.Proto == pkt.ProtoTCP && len(f) >= h.L4+13 {
+			need += int(f[h.L4+12]>>4) * 4
+		} else if m.opts.MinInlineMode == 3 && h.Proto == pkt.ProtoUDP {
+			need += 8
+		}
+	}
+	return min(need, len(f))
+}
+
+func (m *Model) emit(f []byte) {
+	if len(f) < 60 {
+		f = append(f, make([]byte, 60-len(f))...) // the MAC pads runts
+	}
+	m.stats.TxFrames++
+	m.stats.TxBytes += len(f)
+	m.out = append(m.out, f)
+}
+
+// csum inserts the checksums cs_flags ask for, computed from scratch.
+func (m *Model) csum(f []byte, flags uint8) {
+	if flags&(csL3|csL4) == 0 {
+		return
+	}
+	h, err := pkt.Parse(f)
+	if err != nil || h.IPEnd > len(f) {
+		return // not IP: the card leaves it alone
+	}
+	if flags&csL3 != 0 && !h.IPv6 {
+		m.stats.TxCsumL3++
+		f[h.L3+10], f[h.L3+11] = 0, 0
+		binary.BigEndian.PutUint16(f[h.L3+10:], ^pkt.Fold(pkt.Sum(0, f[h.L3:h.L4])))
+	}
+	if flags&csL4 != 0 && h.CsumOff >= 0 {
+		m.stats.TxCsumL4++
+		f[h.CsumOff], f[h.CsumOff+1] = 0, 0
+		seg := f[h.L4:h.IPEnd]
+		c := ^pkt.Fold(pkt.Sum(pkt.PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg))
+		if c == 0 && h.Proto == pkt.ProtoUDP {
+			c = 0xFFFF
+		}
+		binary.BigEndian.PutUint16(f[h.CsumOff:], c)
+	}
+}
+
+// lso segments a TCP packet as the LSO engine does (Linux NETIF_F_TSO
+// semantics; per-field hardware behaviour is UNCONFIRMED, see the fact
+// sheet): every segment gets a copy of the headers, IPv4 ID incremented per
+// segment, lengths rewritten, sequence advanced by MSS, FIN and PSH only on
+// the last segment, CWR only on the first, and checksums computed when the
+// eth segment asks for them. The checksum field the driver left is ignored.
+func (m *Model) lso(f []byte, ihs, mss int, flags uint8, maxFrame int) *wqeError {
+	if mss == 0 {
+		return errf(synQPOp, "LSO with mss 0")
+	}
+	h, err := pkt.Parse(f)
+	if err != nil || h.Proto != pkt.ProtoTCP || h.Fragment || len(f) < h.L4+20 {
+		return errf(synQPOp, "LSO of a packet that is not TCP over IP (%v)", err)
+	}
+	hl := h.L4 + int(f[h.L4+12]>>4)*4
+	if ihs < hl {
+		return errf(synLength, "LSO inline header %d bytes, headers end at %d", ihs, hl)
+	}
+	if len(f) > 1<<m.opts.MaxLSOLog {
+		return errf(synLength, "LSO message of %d bytes exceeds 2^%d", len(f), m.opts.MaxLSOLog)
+	}
+	if hl+mss > maxFrame {
+		return errf(synLength, "LSO mss %d makes %d-byte frames (vport max %d)", mss, hl+mss, maxFrame)
+	}
+	if h.IPEnd != len(f) {
+		return errf(synLength, "IP length says %d bytes, WQE carries %d", h.IPEnd, len(f))
+	}
+	hdr, payload := f[:hl], f[hl:]
+	m.stats.TxLSO++
+	seq := binary.BigEndian.Uint32(hdr[h.L4+4:])
+	id := uint16(0)
+	if !h.IPv6 {
+		id = binary.BigEndian.Uint16(hdr[h.L3+4:])
+	}
+	tcpFlags := hdr[h.L4+13]
+	for i := 0; len(payload) > 0 || i == 0; i++ {
+		k := min(mss, len(payload))
+		s := append(append([]byte(nil), hdr...), payload[:k]...)
+		payload = payload[k:]
+		last := len(payload) == 0
+		if h.IPv6 {
+			binary.BigEndian.PutUint16(s[h.L3+4:], uint16(len(s)-h.L3-40))
+		} else {
+			binary.BigEndian.PutUint16(s[h.L3+2:], uint16(len(s)-h.L3))
+			binary.BigEndian.PutUint16(s[h.L3+4:], id+uint16(i))
+		}
+		binary.BigEndian.PutUint32(s[h.L4+4:], seq+uint32(i*mss))
+		fl := tcpFlags
+		if !last {
+			fl &^= 0x01 | 0x08 // FIN, PSH
+		}
+		if i > 0 {
+			fl &^= 0x80 // CWR
+		}
+		s[h.L4+13] = fl
+		m.csum(s, flags)
+		m.stats.TxSegments++
+		m.emit(s)
+	}
+	return nil
+}
+
+// Deliver hands the model a frame from the wire. It reports whether the
+// frame reached a receive buffer.
+func (m *Model) Deliver(frame []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.busMaster() || !m.inited || m.torn {
+		m.stats.RxNoSteering++
+		return false
+	}
+	fe, ok := m.ftes[[2]uint32{m.root, 0}]
+	var rq *wq
+	if ok {
+		rq = m.rqs[m.tirs[fe.tir][0]]
+	}
+	if rq == nil || rq.state != 1 {
+		m.stats.RxNoSteering++
+		return false
+	}
+	pc := atomicLoadBE(rq.dbr[0:]) & 0xFFFF
+	if rq.ci == pc {
+		m.stats.RxNoBuffer++
+		return false
+	}
+	size, stride := uint32(1)<<rq.logSize, 1<<rq.logStride
+	wqe, err := m.readWQ(rq, uint64(rq.ci&(size-1))*uint64(stride), stride)
+	cqe := make([]byte, 64)
+	binary.BigEndian.PutUint16(cqe[0x3C:], uint16(rq.ci))
+	binary.BigEndian.PutUint32(cqe[0x2C:], uint32(len(frame)))
+	rq.ci = (rq.ci + 1) & 0xFFFF
+	fail := func(syn uint8, format string, a ...any) bool {
+		m.stats.RxErrors++
+		m.violation("RQ WQE: "+format, a...)
+		cqe[0x37] = syn
+		cqe[0x3F] = 0xE << 4
+		m.postCQE(rq.cqn, cqe)
+		return false
+	}
+	if err != nil {
+		return fail(synProt, "unreadable: %v", err)
+	}
+	left := frame
+	for off := 0; off < stride && len(left) > 0; off += 16 {
+		bc, lkey, addr := u32(wqe, off), u32(wqe, off+4), u64(wqe, off+8)
+		if lkey == 0x100 {
+			break // MLX5_INVALID_LKEY ends a short list
+		}
+		if lkey != m.opts.ReservedLKey {
+			return fail(synProt, "lkey %#x", lkey)
+		}
+		k := min(int(bc), len(left))
+		if err := m.mem.DeviceWrite(dma.Addr(addr), left[:k]); err != nil {
+			return fail(synProt, "buffer %#x+%d: %v", addr, k, err)
+		}
+		left = left[k:]
+	}
+	if len(left) > 0 {
+		m.stats.RxErrors++
+		cqe[0x37] = synLength
+		cqe[0x3F] = 0xE << 4
+		m.postCQE(rq.cqn, cqe)
+		return false
+	}
+	m.rxVerdict(frame, cqe)
+	cqe[0x3F] = 0x2 << 4 // RESP_SEND
+	m.stats.RxFrames++
+	m.postCQE(rq.cqn, cqe)
+	return true
+}
+
+// rxVerdict fills the CQE's checksum fields from the frame.
+func (m *Model) rxVerdict(f []byte, cqe []byte) {
+	cqe[0x1C] = 0x01 // L2_OK
+	h, err := pkt.Parse(f)
+	if err != nil || h.IPEnd > len(f) {
+		return
+	}
+	l3t := uint8(2)
+	if h.IPv6 {
+		l3t = 1
+	}
+	var l4t uint8
+	switch h.Proto {
+	case pkt.ProtoUDP:
+		l4t = 2
+	case pkt.ProtoTCP:
+		l4t = 1
+		if len(f) >= h.L4+14 && f[h.L4+13]&0x10 != 0 {
+			l4t = 3
+			if h.IPEnd > h.L4+int(f[h.L4+12]>>4)*4 {
+				l4t = 4
+			}
+		}
+	}
+	cqe[0x1D] = l4t<<4 | l3t<<2
+	binary.BigEndian.PutUint16(cqe[0x14:], pkt.Fold(pkt.Sum(0, f[h.L3:h.IPEnd])))
+	if !pkt.IPv4HeaderOK(f, h) {
+		return
+	}
+	cqe[0x1C] |= 0x02
+	if ok, checked := pkt.TransportOK(f, h); ok && checked {
+		cqe[0x1C] |= 0x04
+	}
+}

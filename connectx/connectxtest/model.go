@@ -1,0 +1,596 @@
+// Package connectxtest is a host model of a ConnectX-4 Lx (mlx5) function:
+// PCI configuration space, BAR0 (init segment, UAR pages), firmware start-up,
+// the command queue with its delivery and command statuses, the firmware
+// page protocol, EQ/CQ/SQ/RQ/TIS/TIR/flow-table objects, send WQE parsing,
+// LSO and checksum offload, receive with checksum verdicts, and a wire.
+//
+// The model is written from the PRM facts as Linux records them
+// (include/linux/mlx5/mlx5_ifc.h, device.h, qp.h, cq.h; drivers/net/
+// ethernet/mellanox/mlx5/core cmd.c, pagealloc.c, en_tx.c, en_rx.c) and
+// Snabb's connectx.lua, with its own offset tables: it does not use the
+// driver's encoders, so a layout mistake in the driver fails against it.
+// All device accesses to host memory go through a dmatest.Memory, so a
+// missing cache clean or invalidate in the driver is reported. Words the
+// card and the driver share while both run (doorbell records, the last
+// word of each CQE and EQE, the command entry's status word) must be in
+// coherent memory and are accessed atomically.
+//
+// What silicon rejects, the model rejects the same way: a malformed
+// command entry or mailbox chain through the delivery status, a bad command
+// through its status and syndrome, a bad WQE through an error CQE that
+// moves the SQ to the error state. What silicon would silently get wrong
+// (a doorbell whose two halves are not written in order, a CQE written
+// into non-coherent memory, an EQ overrun) is reported as a violation.
+package connectxtest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
+)
+
+// Options configure a Model.
+type Options struct {
+	Mem      *dmatest.Memory
+	MAC      [6]byte
+	DeviceID uint16 // default 0x1015 (ConnectX-4 Lx)
+	// Firmware pages wanted at each stage (defaults 4, 16, 0).
+	BootPages, InitPages, RegularPages int
+	// InitPolls is how many reads of the initializing word report busy after
+	// power-up and after the command queue address is set (default 3).
+	InitPolls int
+	// MinInlineMode is the vport's min_wqe_inline_mode (default 1, L2);
+	// WQEInlineMode the Ethernet caps' wqe_inline_mode (default 1: from the
+	// vport context).
+	MinInlineMode, WQEInlineMode int
+	// MaxLSOLog is max_lso_cap (default 16: 64 KiB).
+	MaxLSOLog int
+	// ReservedLKey is what QUERY_SPECIAL_CONTEXTS reports (default 0x77).
+	ReservedLKey uint32
+	// LinkDown starts with the port down.
+	LinkDown bool
+	// PortMTU, when set, caps the vport MTU (hardware MTU, FCS included)
+	// whatever the driver asks for.
+	PortMTU int
+}
+
+// Faults injects failures.
+type Faults struct {
+	// NeverReady keeps the initializing bit set forever.
+	NeverReady bool
+	// StallAfter stops completing commands after this many (0: never).
+	StallAfter int
+	// FailOp makes every command with this opcode fail with FailStatus.
+	FailOp     uint16
+	FailStatus uint8
+	// HoldTx makes the card take doorbells but not execute them until
+	// ReleaseTx (a paused port: the send queue fills up).
+	HoldTx bool
+	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
+	// default an error: Linux pads with NOPs, and whether silicon wraps is
+	// UNCONFIRMED).
+	AllowWrap bool
+}
+
+// Stats are the model's counters.
+type Stats struct {
+	Commands, CmdFailed, Delivery                     int
+	TxFrames, TxBytes, TxLSO, TxSegments, TxWQEErrors int
+	TxCsumL3, TxCsumL4                                int
+	RxFrames, RxNoBuffer, RxNoSteering, RxErrors      int
+	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
+	Doorbells                                         int
+}
+
+// Command statuses (device.h MLX5_CMD_STAT_*), delivery statuses (cmd.c).
+const (
+	stOK          = 0x00
+	stBadOp       = 0x02
+	stBadParam    = 0x03
+	stBadSysState = 0x04
+	stBadResource = 0x05
+	stBusy        = 0x06
+	stBadResState = 0x09
+	stBadInLen    = 0x50
+	stBadOutLen   = 0x51
+
+	dsToken     = 0x02
+	dsBlockNum  = 0x03
+	dsOutPtr    = 0x04
+	dsInPtr     = 0x05
+	dsInLen     = 0x07
+	dsOutLen    = 0x08
+	dsResNotClr = 0x09
+	dsBadType   = 0x10
+)
+
+// BAR0 layout: init segment, then UAR pages 1..uarPages-1.
+const (
+	barSize  = 64 << 10
+	uarPages = barSize / 4096
+)
+
+type eq struct {
+	logSize, uar uint32
+	pas          []uint64
+	pi, ci       uint32
+	mask         uint64
+}
+
+type cq struct {
+	logSize, uar, eqn uint32
+	cc, oi, err       bool
+	pas               []uint64
+	dbr               []byte
+	pi                uint32
+}
+
+type wq struct {
+	cqn, pd, uar, tis    uint32
+	state                uint32
+	logStride, logSize   uint32
+	pas                  []uint64
+	dbr                  []byte
+	ci                   uint32 // 16-bit hardware counter
+	flush, rlkey, isSend bool
+}
+
+type fgroup struct{ table, start, end uint32 }
+type fte struct{ group, tir uint32 }
+
+// Model is one mlx5 function.
+type Model struct {
+	mu     sync.Mutex
+	opts   Options
+	mem    *dmatest.Memory
+	faults Faults
+	cfg    [16]uint32
+	bar    []byte
+	stats  Stats
+	viol   []string
+	peer   func([]byte)
+	act    chan struct{}
+
+	polls    int
+	hSet     bool
+	cmdq     uint64
+	cmdReady bool
+	lastBAR  uint32
+	health   uint32
+
+	enabled, issiSet, inited, torn bool
+	pages                          map[uint64]bool
+	need                           int // pages the firmware wants held
+	mtu                            uint32
+	promisc                        uint32
+	link                           bool
+
+	next  uint32
+	uars  map[uint32]bool
+	eqs   map[uint32]*eq
+	pds   map[uint32]bool
+	tds   map[uint32]bool
+	cqs   map[uint32]*cq
+	tises map[uint32]uint32 // tis -> td
+	sqs   map[uint32]*wq
+	rqs   map[uint32]*wq
+	tirs  map[uint32][2]uint32 // tir -> rqn, td
+	fts   map[uint32]uint32    // table -> log size
+	fgs   map[uint32]fgroup
+	ftes  map[[2]uint32]fte // (table, index)
+	root  uint32
+	out   [][]byte
+	held  map[uint32][]byte // doorbells taken under HoldTx
+	rxScr []byte
+	txScr []byte
+}
+
+// New returns a powered-up model: firmware initializing, nothing enabled.
+func New(o Options) *Model {
+	if o.DeviceID == 0 {
+		o.DeviceID = 0x1015
+	}
+	if o.BootPages == 0 {
+		o.BootPages = 4
+	}
+	if o.InitPages == 0 {
+		o.InitPages = 16
+	}
+	if o.InitPolls == 0 {
+		o.InitPolls = 3
+	}
+	if o.MinInlineMode == 0 {
+		o.MinInlineMode = 1
+	}
+	if o.WQEInlineMode == 0 {
+		o.WQEInlineMode = 1
+	}
+	if o.MaxLSOLog == 0 {
+		o.MaxLSOLog = 16
+	}
+	if o.ReservedLKey == 0 {
+		o.ReservedLKey = 0x77
+	}
+	if o.MAC == [6]byte{} {
+		o.MAC = [6]byte{0x02, 0xC7, 0, 0, 0, 1}
+	}
+	m := &Model{opts: o, mem: o.Mem, bar: make([]byte, barSize), act: make(chan struct{}, 1),
+		polls: o.InitPolls, link: !o.LinkDown, next: 0x10}
+	m.cfg[0] = uint32(o.DeviceID)<<16 | 0x15B3
+	m.reset()
+	return m
+}
+
+func (m *Model) reset() {
+	m.enabled, m.issiSet, m.inited, m.torn = false, false, false, false
+	m.pages = map[uint64]bool{}
+	m.need = 0
+	m.uars, m.eqs, m.pds, m.tds = map[uint32]bool{}, map[uint32]*eq{}, map[uint32]bool{}, map[uint32]bool{}
+	m.cqs, m.tises, m.sqs, m.rqs = map[uint32]*cq{}, map[uint32]uint32{}, map[uint32]*wq{}, map[uint32]*wq{}
+	m.tirs, m.fts, m.fgs, m.ftes = map[uint32][2]uint32{}, map[uint32]uint32{}, map[uint32]fgroup{}, map[[2]uint32]fte{}
+	m.root = 0
+}
+
+func (m *Model) violation(format string, a ...any) {
+	m.viol = append(m.viol, fmt.Sprintf(format, a...))
+}
+
+// Violations returns and forgets what the model found wrong.
+func (m *Model) Violations() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.viol
+	m.viol = nil
+	return v
+}
+
+// Stats returns the counters.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// SetFaults replaces the injected faults.
+func (m *Model) SetFaults(f Faults) {
+	m.mu.Lock()
+	m.faults = f
+	m.mu.Unlock()
+}
+
+// SetPeer sets where transmitted frames go (called without the model's
+// lock, with a frame the callee may keep).
+func (m *Model) SetPeer(f func([]byte)) {
+	m.mu.Lock()
+	m.peer = f
+	m.mu.Unlock()
+}
+
+// ReleaseTx ends HoldTx and executes the doorbells taken meanwhile.
+func (m *Model) ReleaseTx() {
+	m.mu.Lock()
+	m.faults.HoldTx = false
+	for sqn, db := range m.held {
+		if sq := m.sqs[sqn]; sq != nil {
+			m.processSQ(sqn, sq, db)
+		}
+	}
+	m.held = nil
+	out, peer := m.out, m.peer
+	m.out = nil
+	m.mu.Unlock()
+	for _, f := range out {
+		if peer != nil {
+			peer(f)
+		}
+	}
+}
+
+// Activity is signalled whenever the model writes a CQE or EQE: what an
+// interrupt line would say. A polled driver's owner calls Poll on it.
+func (m *Model) Activity() <-chan struct{} { return m.act }
+
+// State summarises what the function holds, for teardown checks.
+type State struct {
+	Enabled, Initialized bool
+	BusMaster            bool
+	Pages, Objects       int
+}
+
+// State returns the function's state.
+func (m *Model) State() State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	objs := len(m.uars) + len(m.eqs) + len(m.pds) + len(m.tds) + len(m.cqs) + len(m.tises) + len(m.sqs) +
+		len(m.rqs) + len(m.tirs) + len(m.fts) + len(m.fgs) + len(m.ftes)
+	return State{Enabled: m.enabled, Initialized: m.inited && !m.torn, BusMaster: m.cfg[1]&4 != 0,
+		Pages: len(m.pages), Objects: objs}
+}
+
+// ConfigSpace returns the function's PCI configuration space.
+func (m *Model) ConfigSpace() *ConfigSpace { return (*ConfigSpace)(m) }
+
+// ConfigSpace is the configuration-space view of a Model (mmio.Regs).
+type ConfigSpace Model
+
+// Read32 implements mmio.Regs.
+func (c *ConfigSpace) Read32(off uint32) uint32 {
+	m := (*Model)(c)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off >= 64 || off%4 != 0 {
+		return 0xFFFFFFFF
+	}
+	return m.cfg[off/4]
+}
+
+// Write32 implements mmio.Regs: only the command register is writable.
+func (c *ConfigSpace) Write32(off, v uint32) {
+	m := (*Model)(c)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off == 4 {
+		m.cfg[1] = v & 0x7
+	}
+}
+
+func (m *Model) busMaster() bool { return m.cfg[1]&4 != 0 }
+
+// Read32 implements mmio.Regs for BAR0: a little-endian CPU's 32-bit load of
+// big-endian registers.
+func (m *Model) Read32(off uint32) uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off%4 != 0 || off+4 > barSize {
+		m.violation("BAR0 read at %#x", off)
+		return 0xFFFFFFFF
+	}
+	var v uint32
+	switch off {
+	case 0x000:
+		v = 32<<16 | 14 // fw 14.32
+	case 0x004:
+		v = 5<<16 | 1000
+	case 0x014:
+		v = uint32(m.cmdq)&^0xFFF | 5<<4 | 6 // 32 entries of 64 bytes
+	case 0x010:
+		v = uint32(m.cmdq >> 32)
+	case 0x1FC:
+		if m.faults.NeverReady || m.polls > 0 {
+			if m.polls > 0 {
+				m.polls--
+			}
+			v = 1 << 31
+		}
+	case 0x1010:
+		m.health++
+		v = m.health
+	default:
+		v = binary.BigEndian.Uint32(m.bar[off:])
+	}
+	return bits.ReverseBytes32(v)
+}
+
+// Write32 implements mmio.Regs for BAR0 (a little-endian CPU's 32-bit
+// store: the bytes land in memory order).
+func (m *Model) Write32(off, v uint32) {
+	m.mu.Lock()
+	prev := m.lastBAR
+	m.lastBAR = off
+	be := bits.ReverseBytes32(v)
+	switch {
+	case off%4 != 0 || off+4 > barSize:
+		m.violation("BAR0 write at %#x", off)
+	case off == 0x10:
+		m.hSet = true
+		m.cmdq = uint64(be)<<32 | m.cmdq&0xFFFFFFFF
+	case off == 0x14:
+		if !m.hSet {
+			m.violation("cmdq_addr_l_sz written before cmdq_addr_h")
+		}
+		if be&0xF00 != 0 {
+			m.violation("nic_interface %d requested; the model only offers the full driver interface", be>>8&7)
+		}
+		if be&0xFFF&^0xF00 != 0 {
+			m.violation("command queue address low bits %#x not zero", be&0xFF)
+		}
+		m.cmdq = m.cmdq&^0xFFFFFFFF | uint64(be&^0xFFF)
+		m.cmdReady = true
+		m.polls = m.opts.InitPolls
+	case off == 0x18:
+		m.doorbell(be)
+	case off < 4096:
+		m.violation("write %#x to read-only init segment offset %#x", be, off)
+	default:
+		m.uarWrite(off, prev, v)
+	}
+	out := m.out
+	m.out = nil
+	peer := m.peer
+	m.mu.Unlock()
+	for _, f := range out {
+		if peer != nil {
+			peer(f)
+		}
+	}
+}
+
+func (m *Model) uarWrite(off, prev, v uint32) {
+	page, po := off/4096, off%4096
+	binary.LittleEndian.PutUint32(m.bar[off:], v)
+	if !m.uars[page] {
+		m.violation("UAR write to page %d, not allocated", page)
+		return
+	}
+	switch po {
+	case 0x800, 0x900:
+	case 0x804, 0x904:
+		if prev != off-4 {
+			m.violation("UAR %d doorbell: second half written without the first just before it (last write %#x)", page, prev)
+			return
+		}
+		m.stats.Doorbells++
+		db := append([]byte(nil), m.bar[off-4:off+4]...)
+		sqn := binary.BigEndian.Uint32(db[4:]) >> 8
+		sq := m.sqs[sqn]
+		if sq == nil || sq.uar != page {
+			m.violation("doorbell on UAR %d for SQ %#x that is not bound to it", page, sqn)
+			return
+		}
+		if m.faults.HoldTx {
+			if m.held == nil {
+				m.held = map[uint32][]byte{}
+			}
+			m.held[sqn] = db
+			return
+		}
+		m.processSQ(sqn, sq, db)
+	case 0x48, 0x40:
+		w := bits.ReverseBytes32(v)
+		if e := m.eqs[w>>24]; e != nil && e.uar == page {
+			e.ci = w & 0xFFFFFF
+		} else {
+			m.violation("EQ doorbell %#x names no EQ of UAR %d", w, page)
+		}
+	case 0x20, 0x24:
+		// CQ arm: the model raises no interrupts, Activity stands for them.
+	default:
+		m.violation("UAR %d write at unknown offset %#x", page, po)
+	}
+}
+
+// coherentWord returns 4 bytes of coherent memory at a for atomic access.
+func (m *Model) coherent(a uint64, n int) []byte {
+	b, err := m.mem.Coherent(dma.Addr(a), n)
+	if err != nil {
+		m.violation("shared words at %#x are not in coherent memory: %v", a, err)
+		return nil
+	}
+	return b
+}
+
+func atomicLoadBE(b []byte) uint32 {
+	var t [4]byte
+	binary.NativeEndian.PutUint32(t[:], atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[0]))))
+	return binary.BigEndian.Uint32(t[:])
+}
+
+func atomicStoreBytes(b []byte, t []byte) {
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[0])), binary.NativeEndian.Uint32(t))
+}
+
+// writeEntry writes a 64-byte entry (CQE/EQE) at a: the first 60 bytes,
+// then the last word in one store, as the card orders it.
+func (m *Model) writeEntry(a uint64, e []byte) {
+	if err := m.mem.DeviceWrite(dma.Addr(a), e[:60]); err != nil {
+		m.violation("entry write at %#x: %v", a, err)
+		return
+	}
+	if w := m.coherent(a+60, 4); w != nil {
+		atomicStoreBytes(w, e[60:64])
+	}
+	select {
+	case m.act <- struct{}{}:
+	default:
+	}
+}
+
+// pageAddr maps byte offset off of a queue through its page list (4 KiB
+// pages).
+func pageAddr(pas []uint64, off uint64) (uint64, bool) {
+	i := off / 4096
+	if i >= uint64(len(pas)) {
+		return 0, false
+	}
+	return pas[i] + off%4096, true
+}
+
+// postEQE writes an event into EQ eqn.
+func (m *Model) postEQE(eqn uint32, typ, sub uint8, data []byte) {
+	e := m.eqs[eqn]
+	if e == nil || e.mask&(1<<typ) == 0 {
+		return
+	}
+	size := uint32(1) << e.logSize
+	if (e.pi-e.ci)&0xFFFFFF >= size {
+		m.stats.EQOverruns++
+		m.violation("EQ %d overrun: producer %d, consumer %d (EQ doorbell not updated)", eqn, e.pi, e.ci)
+		return
+	}
+	var b [64]byte
+	b[1], b[3] = typ, sub
+	copy(b[0x20:0x3C], data)
+	b[0x3F] = uint8((e.pi >> e.logSize) & 1)
+	a, ok := pageAddr(e.pas, uint64(e.pi&(size-1))*64)
+	if !ok {
+		return
+	}
+	e.pi++
+	m.writeEntry(a, b[:])
+}
+
+// RequestPages injects a page-request event: n > 0 asks for n more pages,
+// n < 0 offers -n back.
+func (m *Model) RequestPages(n int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.need += int(n)
+	var d [28]byte
+	binary.BigEndian.PutUint32(d[4:], uint32(n))
+	for eqn := range m.eqs {
+		m.postEQE(eqn, 0x0B, 0, d[:])
+	}
+}
+
+// SetLink changes the port state and reports it with a port-change event.
+func (m *Model) SetLink(up bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.link = up
+	sub := uint8(1)
+	if up {
+		sub = 4
+	}
+	var d [28]byte
+	d[8] = 1 << 4 // port 1 (struct mlx5_eqe_port_state: port at data+8, bits 7:4)
+	for eqn := range m.eqs {
+		m.postEQE(eqn, 0x09, sub, d[:])
+	}
+}
+
+func (m *Model) postCQE(cqn uint32, cqe []byte) {
+	c := m.cqs[cqn]
+	if c == nil || c.err {
+		return
+	}
+	size := uint32(1) << c.logSize
+	if !c.oi && c.dbr != nil {
+		ci := atomicLoadBE(c.dbr) & 0xFFFFFF
+		if (c.pi-ci)&0xFFFFFF >= size {
+			c.err = true
+			m.stats.CQOverruns++
+			var d [28]byte
+			binary.BigEndian.PutUint32(d[0:], cqn)
+			d[0x0B] = 1 // overrun
+			m.postEQE(c.eqn, 0x04, 0, d[:])
+			return
+		}
+	}
+	slot := c.pi & (size - 1)
+	if c.cc {
+		slot = 0
+	}
+	cqe[0x3F] = cqe[0x3F]&^1 | uint8((c.pi>>c.logSize)&1)
+	a, ok := pageAddr(c.pas, uint64(slot)*64)
+	if !ok {
+		return
+	}
+	c.pi++
+	m.writeEntry(a, cqe)
+}

@@ -1,0 +1,575 @@
+package connectx
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/pkt"
+	"github.com/tamanic/tamanic/netstack"
+	"github.com/tamanic/tamanic/tso"
+)
+
+// Doorbell record layout in n.dbr: each record in its own 64-byte line.
+const (
+	dbrSQ   = 0  // dword 1 (MLX5_SND_DBR) = SQ producer counter
+	dbrRQ   = 64 // dword 0 (MLX5_RCV_DBR) = RQ producer counter
+	dbrTxCQ = 128
+	dbrRxCQ = 192
+)
+
+// sendQueue is the SQ: a ring of 64-byte WQEBBs.
+type sendQueue struct {
+	buf    dma.Buffer
+	size   uint32
+	pc, cc uint32 // producer and consumer counters, in WQEBBs
+	slots  []txSlot
+	scr    [256]byte // inline header scratch
+	data   [][]byte
+	err    bool // an error CQE was seen: recover after draining
+}
+
+// txSlot is the software state of the WQE starting at one WQEBB.
+type txSlot struct {
+	n      uint32 // WQEBBs
+	cookie any
+	maps   []dma.Buffer
+	live   bool // a real send (not a NOP pad)
+}
+
+// recvQueue is the RQ: a ring of one-data-segment WQEs.
+type recvQueue struct {
+	buf     dma.Buffer
+	size    uint32
+	pc      uint32
+	pool    dma.Buffer   // all receive buffers, one allocation
+	bufs    []dma.Buffer // slices of pool
+	slotBuf []uint32     // which buffer each WQE slot holds
+}
+
+// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits (and 16
+// WQEBBs hold 64).
+const maxDS = 63
+
+// maxDataSegs is the most data segments a WQE always carries, beside the
+// largest inline header this driver writes (at most 14+8+60+60 bytes, 9 DS
+// with the eth segment): what Info reports.
+const maxDataSegs = maxDS - 1 - 9
+
+func (n *NIC) allocRx() error {
+	var err error
+	size := n.cfg.RxBufSize
+	if n.rq.pool, err = n.mem.Alloc(size*n.cfg.RxRing, PageSize, dma.Cached); err != nil {
+		return fmt.Errorf("connectx: receive buffers: %w", err)
+	}
+	pool := n.rq.pool
+	n.pushMem("receive buffers", func() error {
+		n.mem.SyncForCPU(pool, dma.FromDevice)
+		return n.mem.Free(pool)
+	})
+	n.rq.slotBuf = make([]uint32, n.cfg.RxRing)
+	for i := 0; i < n.cfg.RxRing; i++ {
+		n.rq.bufs = append(n.rq.bufs, pool.Slice(i*size, size))
+		n.postRx(uint32(i))
+	}
+	n.mem.Barrier()
+	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
+	return nil
+}
+
+// postRx writes buffer id into the next RQ slot (the caller publishes the
+// doorbell record).
+func (n *NIC) postRx(id uint32) {
+	b := n.rq.bufs[id]
+	n.mem.SyncForDevice(b, dma.FromDevice)
+	i := n.rq.pc & (n.rq.size - 1)
+	d := DataSeg{ByteCount: uint32(b.Len()), LKey: n.obj.rlkey, Addr: uint64(b.Addr())}
+	d.Encode(n.rq.buf.Bytes()[i*DSSize:])
+	n.rq.slotBuf[i] = id
+	n.rq.pc++
+}
+
+// minInline returns the header bytes the card needs inline for frame f of
+// total bytes (vport min_wqe_inline_mode; Linux mlx5e_calc_min_inline).
+func (n *NIC) minInline(head []byte, total int) int {
+	need := MinInlineL2
+	if n.caps.WQEInlineMode == 1 && n.caps.MinInlineMode >= 2 {
+		if h, err := pkt.Parse(head); err == nil {
+			need = max(need, h.L4)
+			if n.caps.MinInlineMode >= 3 && h.Proto == pkt.ProtoTCP && len(head) >= h.L4+13 {
+				need = max(need, h.L4+int(head[h.L4+12]>>4)*4)
+			} else if n.caps.MinInlineMode >= 3 && h.Proto == pkt.ProtoUDP {
+				need = max(need, h.L4+8)
+			}
+		}
+	}
+	return min(need, total)
+}
+
+// Transmit queues one frame given as fragments; csum asks the card for the
+// IPv4 header and TCP/UDP checksums. Fragments are sent in place after an
+// inline copy of the first header bytes.
+func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
+	total := 0
+	for _, f := range frags {
+		total += len(f)
+	}
+	var flags uint8
+	if csum {
+		flags = EthL3Csum | EthL4Csum
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	if total < 14 || total > n.cfg.MTU+18 {
+		n.stats.TxBadPacket++
+		n.mu.Unlock()
+		return fmt.Errorf("%w: frame of %d bytes", ErrBadPacket, total)
+	}
+	// Gather the inline part into scratch, the rest as views.
+	head := n.sq.scr[:0]
+	rest := n.sq.data[:0]
+	want := 200 // enough for any header the inline mode asks for
+	for _, f := range frags {
+		if k := min(len(f), want-len(head)); k > 0 {
+			head = append(head, f[:k]...)
+		}
+	}
+	ihs := n.minInline(head, total)
+	skip := ihs
+	for _, f := range frags {
+		if skip >= len(f) {
+			skip -= len(f)
+			continue
+		}
+		rest = append(rest, f[skip:])
+		skip = 0
+	}
+	n.sq.data = rest
+	done, err := n.post(OpcodeSend, flags, 0, head[:ihs], rest, cookie)
+	n.mu.Unlock()
+	n.complete(done)
+	return err
+}
+
+// TransmitGSO queues one TCP packet for the card to segment (LSO): the
+// headers inline, the MSS in the eth segment, the payload gathered in
+// place. A packet that fits one segment goes as a plain send with checksum
+// offload. The transport checksum field keeps what the stack left there
+// (the pseudo-header sum, as Linux hands the card under CHECKSUM_PARTIAL);
+// the card computes every segment's checksums.
+func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie any) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	size := len(hdr)
+	for _, p := range payload {
+		size += len(p)
+	}
+	bad := func(format string, a ...any) error {
+		n.stats.TxBadPacket++
+		n.mu.Unlock()
+		return fmt.Errorf("%w: "+format, append([]any{ErrBadPacket}, a...)...)
+	}
+	if o.Type != tso.TCP {
+		// The LSO engine segments TCP only; it never IP-fragments.
+		return bad("segmentation type %v", o.Type)
+	}
+	h, err := pkt.Parse(hdr)
+	if err != nil || h.Proto != pkt.ProtoTCP || len(hdr) < h.L4+20 || len(hdr) != h.L4+int(hdr[h.L4+12]>>4)*4 {
+		return bad("headers are not exactly Ethernet, IP and TCP (%d bytes)", len(hdr))
+	}
+	if len(hdr) > len(n.sq.scr) {
+		return bad("headers of %d bytes", len(hdr))
+	}
+	if o.MSS < tso.MinTCPMSS {
+		return bad("MSS %d", o.MSS)
+	}
+	head := append(n.sq.scr[:0], hdr...)
+	data := n.sq.data[:0]
+	for _, p := range payload {
+		if len(p) > 0 {
+			data = append(data, p)
+		}
+	}
+	n.sq.data = data
+	op, mss := uint8(OpcodeLSO), uint16(o.MSS)
+	if size-len(hdr) <= o.MSS {
+		op, mss = OpcodeSend, 0
+		if size > n.cfg.MTU+18 {
+			return bad("frame of %d bytes", size)
+		}
+	} else if size > n.caps.MaxLSO {
+		return bad("LSO message of %d bytes exceeds %d", size, n.caps.MaxLSO)
+	}
+	done, err := n.post(op, EthL3Csum|EthL4Csum, mss, head, data, cookie)
+	if err == nil && op == OpcodeLSO {
+		n.stats.TxLSO++
+	}
+	n.mu.Unlock()
+	n.complete(done)
+	return err
+}
+
+// post builds one WQE (after NOP padding if it would cross the ring end),
+// maps its data and rings the doorbell. Called with n.mu held; it returns
+// completions reclaimed on the way, to be delivered without the lock.
+func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte, cookie any) ([]completion, error) {
+	if n.broken != nil {
+		return nil, n.broken
+	}
+	ds := 1 + InlineDS(len(inline)) + len(data)
+	if ds > maxDS {
+		n.stats.TxBadPacket++
+		return nil, fmt.Errorf("%w: %d data segments after %d inline bytes (%d DS, max %d)", ErrTooManySegs, len(data), len(inline), ds, maxDS)
+	}
+	nbb := uint32((ds + 3) / 4)
+	sq := &n.sq
+	need := func() uint32 {
+		pad := uint32(0)
+		if at := sq.pc & (sq.size - 1); at+nbb > sq.size {
+			pad = sq.size - at
+		}
+		return pad + nbb
+	}
+	var done []completion
+	if sq.size-(sq.pc-sq.cc) < need() {
+		done = n.pollTx(done)
+	}
+	if sq.size-(sq.pc-sq.cc) < need() {
+		n.stats.TxRingFull++
+		return done, ErrRingFull
+	}
+	ring := sq.buf.Bytes()
+	for at := sq.pc & (sq.size - 1); at+nbb > sq.size; at = sq.pc & (sq.size - 1) {
+		w := ring[at*WQEBB : (at+1)*WQEBB]
+		clear(w)
+		c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: OpcodeNOP, SQN: n.obj.sq, DS: 1}
+		c.Encode(w)
+		sq.slots[at] = txSlot{n: 1, maps: sq.slots[at].maps[:0]}
+		sq.pc++
+	}
+	at := sq.pc & (sq.size - 1)
+	maps := sq.slots[at].maps[:0] // reuse the slot's slice: no allocation per send
+	for _, d := range data {
+		b, err := n.mem.Map(d, dma.ToDevice)
+		if err != nil {
+			for _, m := range maps {
+				_ = n.mem.Unmap(m, dma.ToDevice)
+			}
+			return done, fmt.Errorf("connectx: map %d bytes: %w", len(d), err)
+		}
+		maps = append(maps, b)
+	}
+	w := ring[at*WQEBB : (at+nbb)*WQEBB]
+	clear(w)
+	c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: opcode, SQN: n.obj.sq, DS: uint8(ds), FmCeSe: CtrlCQUpdate}
+	c.Encode(w)
+	e := EthSeg{CsFlags: flags, MSS: mss, Inline: inline}
+	off := DSSize + e.Encode(w[DSSize:])
+	for _, m := range maps {
+		d := DataSeg{ByteCount: uint32(m.Len()), LKey: n.obj.rlkey, Addr: uint64(m.Addr())}
+		d.Encode(w[off:])
+		off += DSSize
+	}
+	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true}
+	sq.pc += nbb
+	n.stats.TxPackets++
+	n.stats.TxBytes += uint64(len(inline))
+	for _, m := range maps {
+		n.stats.TxBytes += uint64(m.Len())
+	}
+	n.ringSQ(w[:8])
+	return done, nil
+}
+
+// ringSQ publishes the producer counter in the doorbell record, then writes
+// the WQE's first 8 bytes to the UAR as they sit in memory: a 64-bit
+// doorbell done as two 32-bit stores, lower address first, nothing else
+// touching this UAR page between them.
+func (n *NIC) ringSQ(ctrl []byte) {
+	n.mem.Barrier() // WQE visible before the record (dma_wmb)
+	storeBE32(n.dbr.Bytes(), dbrSQ+4, n.sq.pc&0xFFFF)
+	n.mem.Barrier() // record visible before the MMIO doorbell (wmb)
+	uar := n.obj.uar * UARPageSize
+	n.cfg.BAR0.Write32(uar+UARSendDoorbell, binary.LittleEndian.Uint32(ctrl[0:4]))
+	n.cfg.BAR0.Write32(uar+UARSendDoorbell+4, binary.LittleEndian.Uint32(ctrl[4:8]))
+}
+
+// retire completes WQEs up to and including the one whose index is
+// counter; err is given to that last one's cookie (earlier ones, completed
+// without their own CQE, succeeded). With all set, every queued WQE is
+// completed with err.
+func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []completion {
+	sq := &n.sq
+	for sq.cc != sq.pc {
+		s := &sq.slots[sq.cc&(sq.size-1)]
+		last := !all && uint16(sq.cc) == counter
+		if s.live {
+			for _, m := range s.maps {
+				_ = n.mem.Unmap(m, dma.ToDevice)
+			}
+			var e error
+			if last || all {
+				e = err
+			}
+			if e != nil {
+				n.stats.TxErrors++
+			}
+			done = append(done, completion{s.cookie, e})
+		}
+		sq.cc += s.n
+		*s = txSlot{maps: s.maps[:0]}
+		if last {
+			break
+		}
+	}
+	return done
+}
+
+// pollTx handles the TX CQ.
+func (n *NIC) pollTx(done []completion) []completion {
+	q := &n.txcq
+	seen := false
+	for e := q.next(); e != nil; e = q.next() {
+		n.mem.Barrier() // dma_rmb: the rest of the CQE after op_own
+		c, err := DecodeCQE(e)
+		q.cc++
+		seen = true
+		switch {
+		case err != nil:
+			n.stats.TxErrors++
+		case c.Opcode == CQEOpReq:
+			done = n.retire(done, c.WQECounter, nil, false)
+		case c.Opcode == CQEOpReqErr:
+			n.sq.err = true
+			done = n.retire(done, c.WQECounter, fmt.Errorf("%w: syndrome %#x vendor %#x", ErrSendFailed, c.Syndrome, c.VendorSynd), false)
+		default:
+			n.stats.TxErrors++
+		}
+	}
+	if seen {
+		n.mem.Barrier()
+		storeBE32(n.dbr.Bytes(), dbrTxCQ, q.cc&0xFFFFFF)
+	}
+	if n.sq.err {
+		done = n.recoverSQ(done)
+	}
+	return done
+}
+
+// recoverSQ aborts what is left on a failed SQ and returns it to service
+// (MODIFY_SQ ERR->RST->RDY; counters restart at 0, Linux
+// mlx5e_reset_txqsq_cc_pc).
+func (n *NIC) recoverSQ(done []completion) []completion {
+	sq := &n.sq
+	done = n.retire(done, 0, ErrSendFailed, true)
+	sq.err = false
+	n.stats.SQRecoveries++
+	if err := n.modifyState(OpModifySQ, n.obj.sq, StateERR, StateRST); err != nil {
+		return done
+	}
+	sq.pc, sq.cc = 0, 0
+	storeBE32(n.dbr.Bytes(), dbrSQ+4, 0)
+	_ = n.modifyState(OpModifySQ, n.obj.sq, StateRST, StateRDY)
+	return done
+}
+
+func (n *NIC) complete(done []completion) {
+	if n.txDone == nil {
+		return
+	}
+	for _, c := range done {
+		n.txDone(c.cookie, c.err)
+	}
+}
+
+// Poll services the card: events (page requests, port changes, CQ
+// errors), TX completions, and signals RxReady when a frame waits.
+func (n *NIC) Poll() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.pollEQ()
+	done := n.pollTx(nil)
+	ready := n.rxcq.next() != nil
+	n.mu.Unlock()
+	n.complete(done)
+	if ready {
+		select {
+		case n.rxRdy <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pollEQ handles events and acknowledges them through the EQ doorbell.
+func (n *NIC) pollEQ() {
+	q := &n.eq
+	seen := false
+	for e := q.next(); e != nil; e = q.next() {
+		n.mem.Barrier()
+		ev, _ := DecodeEQE(e)
+		q.cc++
+		seen = true
+		n.stats.Events++
+		switch ev.Type {
+		case EventPageRequest:
+			n.stats.PageRequests++
+			_, num := ev.PageRequest()
+			if num > 0 {
+				_ = n.givePages(int(num)) // refusal counted in PageRefused
+			} else if num < 0 {
+				_, _ = n.takePages(int(-num))
+			}
+		case EventPortChange:
+			n.stats.PortChanges++
+			n.link = ev.SubType == 4
+		case EventCQError:
+			n.stats.CQErrors++
+			cqn, syn := ev.CQN()
+			n.broken = fmt.Errorf("%w: CQ %#x error, syndrome %d (1 overrun, 2 access violation)", ErrCQError, cqn, syn)
+		}
+	}
+	if seen {
+		n.bar.write(n.obj.uar*UARPageSize+UAREQDoorbell, n.obj.eqn<<24|q.cc&0xFFFFFF)
+	}
+}
+
+// Frame is a received frame, valid until Release.
+type Frame struct {
+	n        *NIC
+	id       uint32
+	data     []byte
+	ip4, l4  bool
+	csum     uint16
+	released bool
+}
+
+// CheckSum returns the card's raw ones'-complement sum of the frame from
+// the IP header to the end of the IP datagram (CQE check_sum, what Linux
+// uses for CHECKSUM_COMPLETE), folded and not complemented.
+func (f *Frame) CheckSum() uint16 { return f.csum }
+
+// Bytes returns the frame from the destination MAC, without FCS.
+func (f *Frame) Bytes() []byte { return f.data }
+
+// Verified reports the card's checksum verdicts (CQE L3_OK, L4_OK).
+func (f *Frame) Verified() (ipv4Header, transport bool) { return f.ip4, f.l4 }
+
+// Release hands the buffer back to the card.
+func (f *Frame) Release() error {
+	n := f.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f.released {
+		return errors.New("connectx: frame released twice")
+	}
+	f.released = true
+	if n.closed {
+		return nil
+	}
+	n.postRx(f.id)
+	n.mem.Barrier()
+	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
+	return nil
+}
+
+// Receive returns the next frame, (nil, nil) when none waits, or an error
+// for a frame the card reported bad (counted; its buffer is reposted).
+func (n *NIC) Receive() (netstack.Frame, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, nil
+	}
+	q := &n.rxcq
+	e := q.next()
+	if e == nil {
+		return nil, nil
+	}
+	n.mem.Barrier()
+	c, err := DecodeCQE(e)
+	q.cc++
+	n.mem.Barrier()
+	storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
+	id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
+	b := n.rq.bufs[id]
+	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len() {
+		n.mem.SyncForCPU(b, dma.FromDevice)
+		n.stats.RxPackets++
+		n.stats.RxBytes += uint64(c.ByteCnt)
+		l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
+		if l3ok && l4ok {
+			n.stats.RxCsumOK++
+		}
+		return &Frame{n: n, id: id, data: b.Bytes()[:c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
+			csum: c.CheckSum}, nil
+	}
+	n.stats.RxErrors++
+	n.mem.SyncForCPU(b, dma.FromDevice)
+	n.postRx(id)
+	n.mem.Barrier()
+	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRxError, err)
+	}
+	return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
+}
+
+// Close tears the function down: objects destroyed, HCA torn down, pages
+// reclaimed, HCA disabled, bus mastering off, memory freed. Sends still
+// queued complete with ErrClosed.
+func (n *NIC) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	err := n.teardown()
+	done := n.done
+	n.done = nil
+	n.mu.Unlock()
+	n.complete(done)
+	return err
+}
+
+// abortTx completes every queued send with ErrClosed (after the card lost
+// bus mastering, so unmapping is safe).
+func (n *NIC) abortTx() error {
+	n.done = n.retire(n.done, 0, ErrClosed, true)
+	return nil
+}
+
+// Info implements netstack.Device.
+func (n *NIC) Info() netstack.DeviceInfo {
+	segs := 0
+	if n.caps.MaxLSO > 0 {
+		segs = min(n.caps.MaxLSO, 1<<16) / 536
+	}
+	return netstack.DeviceInfo{MAC: n.mac, MaxFrame: n.cfg.MTU + 18, TxCsum: n.caps.CsumCap, RxCsum: n.caps.CsumCap,
+		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: maxDataSegs, TxAlign: 1, MaxGSOSegments: segs}
+}
+
+// SetTxDone implements netstack.Device.
+func (n *NIC) SetTxDone(f func(any, error)) {
+	n.mu.Lock()
+	n.txDone = f
+	n.mu.Unlock()
+}
+
+// Full implements netstack.Device.
+func (n *NIC) Full(err error) bool { return errors.Is(err, ErrRingFull) }
+
+// RxReady implements netstack.Device: signalled by Poll.
+func (n *NIC) RxReady() <-chan struct{} { return n.rxRdy }
+
+var _ netstack.Device = (*NIC)(nil)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package connectx_test
+
+const raceEnabled = false
