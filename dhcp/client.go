@@ -411,11 +411,7 @@ func (c *Client) acquire(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := c.install(*lease); err != nil {
-			return err
-		}
-		c.count(func(s *Stats) { s.Acks++; s.Leases++ })
-		return nil
+		return c.install(*lease, func(s *Stats) { s.Acks++; s.Leases++ })
 	}
 }
 
@@ -473,17 +469,16 @@ func (c *Client) keep(ctx context.Context) error {
 				if nl == nil {
 					continue
 				}
-				if err := c.install(*nl); err != nil {
-					return err
-				}
-				c.count(func(s *Stats) {
+				if err := c.install(*nl, func(s *Stats) {
 					s.Acks++
 					if phase.state == Renewing {
 						s.Renewals++
 					} else {
 						s.Rebinds++
 					}
-				})
+				}); err != nil {
+					return err
+				}
 				renewed = true
 			}
 			if renewed {
@@ -741,8 +736,10 @@ func isIPv4Route(nic tcpip.NICID) func(tcpip.Route) bool {
 }
 
 // install puts l's address and routes on the NIC, replacing any earlier
-// lease's.
-func (c *Client) install(l Lease) error {
+// lease's, counts the ACK with counter and enters BOUND; Bound() is closed
+// only then, so that whoever waits on it sees the lease, the counters and
+// the state together.
+func (c *Client) install(l Lease, counter func(*Stats)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s, nic := c.cfg.Stack, c.cfg.NIC
@@ -769,6 +766,8 @@ func (c *Client) install(l Lease) error {
 		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(l.Gateway.As4()), NIC: nic})
 	}
 	c.lease, c.have = l, true
+	counter(&c.stats)
+	c.setState(Bound)
 	c.once.Do(func() { close(c.bound) })
 	if c.cfg.Log != nil {
 		c.cfg.Log("dhcp: bound %v gateway %v dns %v server %v lease %v", l.Addr, l.Gateway, l.DNS, l.Server, l.Duration)
