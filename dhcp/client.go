@@ -288,6 +288,12 @@ func (c *Client) Run(ctx context.Context) error {
 		if err := c.keep(ctx); err != nil {
 			return err
 		}
+		// The lease was lost (DHCPNAK or expiry): wait a little before
+		// DISCOVER, so that a server granting zero-length leases or
+		// NAKing every renewal gets a request a second, not a storm.
+		if err := c.sleep(ctx, c.backoff(0)/4); err != nil {
+			return err
+		}
 	}
 }
 
