@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket/layers"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -435,6 +437,44 @@ func TestInfiniteLease(t *testing.T) {
 	r.waitFor(t, "bound", func(s Stats) bool { return s.Leases == 1 })
 	if st := r.c.Status(); st.LeaseS != -1 || st.State != "bound" {
 		t.Errorf("status %+v", st)
+	}
+}
+
+// TestZeroLeaseNoStorm: a server granting zero-second leases gets one
+// DISCOVER per lost lease after a pause of at least FirstTimeout/4 - Jitter/4
+// of client time, not a request storm.
+func TestZeroLeaseNoStorm(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var acked time.Time
+	var gaps []time.Duration
+	r.srv.set(func(s *server) {
+		s.lease = 0
+		s.policy = func(mt layers.DHCPMsgType, _ *layers.DHCPv4) reply {
+			mu.Lock()
+			defer mu.Unlock()
+			now := r.clock.Now()
+			switch {
+			case mt == layers.DHCPMsgTypeRequest:
+				acked = now
+			case mt == layers.DHCPMsgTypeDiscover && !acked.IsZero():
+				gaps = append(gaps, now.Sub(acked))
+				acked = time.Time{}
+			}
+			return answer
+		}
+	})
+	r.start(t)
+	r.waitFor(t, "three zero leases", func(s Stats) bool { return s.Leases >= 3 && s.Expiries >= 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(gaps) < 2 {
+		t.Fatalf("gaps %v", gaps)
+	}
+	for _, g := range gaps {
+		if g < (FirstTimeout-Jitter)/4 {
+			t.Errorf("DISCOVER %v after a zero lease was granted; want a pause of at least %v", g, (FirstTimeout-Jitter)/4)
+		}
 	}
 }
 

@@ -348,6 +348,7 @@ type rig struct {
 	stap     *tap
 	c        *Client
 	srv      *server
+	clock    fastClock
 	cancel   context.CancelFunc
 	runErr   chan error
 	logMu    sync.Mutex
@@ -369,7 +370,8 @@ func newRigScale(t *testing.T, scale time.Duration) *rig {
 	}
 	r.ss.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
 	r.srv = newServer(t, r.ss)
-	c, err := New(Config{Stack: r.cs, NIC: 1, Hostname: "tamanic", Clock: fastClock{start: time.Now(), scale: scale},
+	r.clock = fastClock{start: time.Now(), scale: scale}
+	c, err := New(Config{Stack: r.cs, NIC: 1, Hostname: "tamanic", Clock: r.clock,
 		Rand: rand.New(rand.NewPCG(1, 2)),
 		Log: func(f string, a ...any) {
 			r.logMu.Lock()
