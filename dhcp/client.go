@@ -69,6 +69,9 @@ const (
 	// MinRenewWait is the least the client waits between DHCPREQUESTs in
 	// RENEWING and REBINDING (§4.4.5).
 	MinRenewWait = 60 * time.Second
+	// DeclineWait is how long the client waits after declining an
+	// address in use before it starts again (RFC 2131 §3.1 step 5).
+	DeclineWait = 10 * time.Second
 	// RequestTries is how many DHCPREQUESTs REQUESTING sends before it
 	// goes back to INIT.
 	RequestTries = 4
@@ -106,6 +109,8 @@ type Stats struct {
 	Renewals    uint64 `json:"renewals"` // DHCPACKs in RENEWING
 	Rebinds     uint64 `json:"rebinds"`  // DHCPACKs in REBINDING
 	Expiries    uint64 `json:"expiries"`
+	Conflicts   uint64 `json:"conflicts"` // ACKed addresses another host answered ARP for
+	Declines    uint64 `json:"declines"`
 	// Dropped replies, by reason.
 	Garbage    uint64 `json:"garbage"`      // undecodable (Parse failed)
 	NotReply   uint64 `json:"not_reply"`    // op is not BOOTREPLY
@@ -417,6 +422,23 @@ func (c *Client) acquire(ctx context.Context) error {
 			}
 			continue
 		}
+		conflict, err := c.probe(ctx, lease.Addr.Addr())
+		if err != nil {
+			return err
+		}
+		if conflict {
+			// RFC 2131 §4.4.1: DHCPDECLINE, then wait at least 10 s
+			// before starting again (§3.1 step 5).
+			c.count(func(s *Stats) {
+				s.Conflicts++
+				s.LastError = fmt.Sprintf("%v is in use on the link (ARP): declined", lease.Addr.Addr())
+			})
+			c.send(c.decline(xid, lease.Addr.Addr(), server), netip.AddrFrom4([4]byte{255, 255, 255, 255}), false, func(s *Stats) { s.Declines++ })
+			if err := c.sleep(ctx, DeclineWait); err != nil {
+				return err
+			}
+			continue
+		}
 		return c.install(*lease, func(s *Stats) { s.Acks++; s.Leases++ })
 	}
 }
@@ -665,6 +687,40 @@ func (c *Client) base(t MessageType, xid uint32, secs uint16) *Message {
 	}
 	m.Set(OptParamRequest, []byte{OptSubnetMask, OptRouter, OptDNS, OptLeaseTime, OptRenewalTime, OptRebindingTime})
 	return m
+}
+
+// decline builds a DHCPDECLINE of addr to server (RFC 2131 table 5).
+func (c *Client) decline(xid uint32, addr, server netip.Addr) *Message {
+	m := &Message{Op: OpRequest, XID: xid, CHAddr: c.mac}
+	m.Set(OptMessageType, []byte{byte(Decline)})
+	m.Set(OptClientID, append([]byte{1}, c.mac[:]...))
+	a, sv := addr.As4(), server.As4()
+	m.Set(OptRequestedIP, a[:])
+	m.Set(OptServerID, sv[:])
+	return m
+}
+
+// probe asks the link whether addr is in use, by gVisor's IPv4 duplicate
+// address detection (ARP probes from 0.0.0.0, RFC 5227). It returns false
+// at once when the stack's ARP has DAD off (arp.Options.DADConfigs).
+func (c *Client) probe(ctx context.Context, addr netip.Addr) (bool, error) {
+	done := make(chan stack.DADResult, 1)
+	disp, err := c.cfg.Stack.CheckDuplicateAddress(c.cfg.NIC, ipv4.ProtocolNumber, tcpip.AddrFrom4(addr.As4()),
+		func(r stack.DADResult) { done <- r })
+	if err != nil {
+		c.count(func(s *Stats) { s.LastError = fmt.Sprintf("ARP probe of %v: %v", addr, err) })
+		return false, nil
+	}
+	if disp == stack.DADDisabled {
+		return false, nil
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case r := <-done:
+		_, dup := r.(*stack.DADDupAddrDetected)
+		return dup, nil
+	}
 }
 
 func (c *Client) discover(xid uint32, secs uint16) *Message {

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"net/netip"
 )
@@ -475,6 +477,66 @@ func TestZeroLeaseNoStorm(t *testing.T) {
 		if g < (FirstTimeout-Jitter)/4 {
 			t.Errorf("DISCOVER %v after a zero lease was granted; want a pause of at least %v", g, (FirstTimeout-Jitter)/4)
 		}
+	}
+}
+
+// TestConflictDeclined: the server's own host answers ARP for the address
+// it offers; the client probes it (RFC 5227 probes from 0.0.0.0), declines
+// it (RFC 2131 §4.4.1), waits and binds once the address is free.
+func TestConflictDeclined(t *testing.T) {
+	r := newRig(t)
+	taken := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(leaseIP.As4()), PrefixLen: 24}}
+	if err := r.ss.AddProtocolAddress(1, taken, stack.AddressProperties{}); err != nil {
+		t.Fatal(err)
+	}
+	var declines []*layers.DHCPv4
+	r.srv.set(func(s *server) {
+		s.policy = func(mt layers.DHCPMsgType, d *layers.DHCPv4) reply {
+			if mt == layers.DHCPMsgTypeDecline {
+				declines = append(declines, d)
+				if err := r.ss.RemoveAddress(1, taken.AddressWithPrefix.Address); err != nil {
+					t.Errorf("freeing the address: %v", err)
+				}
+			}
+			return answer
+		}
+	})
+	r.start(t)
+	r.waitFor(t, "bound after declining", func(s Stats) bool { return s.Leases == 1 })
+	r.checkBound(t)
+	st := r.c.Stats()
+	if st.Conflicts != 1 || st.Declines != 1 {
+		t.Errorf("stats %+v: want one conflict, one DHCPDECLINE", st)
+	}
+	r.srv.set(func(*server) {
+		if len(declines) != 1 {
+			t.Fatalf("server saw %d DHCPDECLINEs", len(declines))
+		}
+		d := declines[0]
+		if v, _ := optData(d, layers.DHCPOptRequestIP); !bytes.Equal(v, leaseIP.AsSlice()) {
+			t.Errorf("DECLINE option 50 = %v", v)
+		}
+		if v, _ := optData(d, layers.DHCPOptServerID); !bytes.Equal(v, serverIP.AsSlice()) {
+			t.Errorf("DECLINE option 54 = %v", v)
+		}
+		if !d.ClientIP.IsUnspecified() {
+			t.Errorf("DECLINE ciaddr %v", d.ClientIP)
+		}
+	})
+	// The ARP probes went out from 0.0.0.0 for the offered address.
+	var probes int
+	r.ctap.mu.Lock()
+	for _, f := range r.ctap.frames {
+		p := gopacket.NewPacket(f.raw, layers.LayerTypeEthernet, gopacket.Default)
+		if a, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP); ok && a.Operation == layers.ARPRequest &&
+			bytes.Equal(a.SourceProtAddress, []byte{0, 0, 0, 0}) && bytes.Equal(a.DstProtAddress, leaseIP.AsSlice()) {
+			probes++
+		}
+	}
+	r.ctap.mu.Unlock()
+	if probes < 3 {
+		t.Errorf("%d ARP probes for %v from 0.0.0.0; want the declined try's and the bound one's", probes, leaseIP)
 	}
 }
 

@@ -4,7 +4,9 @@
 // The client runs the state machine of RFC 2131 §4.4: INIT and SELECTING
 // (DHCPDISCOVER broadcast, the first acceptable DHCPOFFER taken),
 // REQUESTING (DHCPREQUEST broadcast with the server identifier; DHCPACK
-// binds, DHCPNAK or silence restarts), BOUND until T1, RENEWING (DHCPREQUEST
+// binds, DHCPNAK or silence restarts; an ACKed address another host
+// answers ARP probes for is declined, when the stack's ARP has duplicate
+// address detection on), BOUND until T1, RENEWING (DHCPREQUEST
 // unicast to the server that granted the lease) until T2, REBINDING
 // (DHCPREQUEST broadcast to any server) until the lease expires, when the
 // address and the routes it brought are removed and the client starts

@@ -165,9 +165,13 @@ var (
 	bcast     = netip.MustParseAddr("255.255.255.255")
 )
 
-func newStack(t testing.TB, ep stack.LinkEndpoint) *stack.Stack {
+// probeARP is the ARP configuration of the client's stack: duplicate
+// address detection on (two probes 1 ms apart), as the firmware has it.
+var probeARP = arp.NewProtocolWithOptions(arp.Options{DADConfigs: stack.DADConfigurations{DupAddrDetectTransmits: 2, RetransmitTimer: time.Millisecond}})
+
+func newStack(t testing.TB, ep stack.LinkEndpoint, arpProto stack.NetworkProtocolFactory) *stack.Stack {
 	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arpProto},
 		TransportProtocols: []stack.TransportProtocolFactory{udp.NewProtocol},
 	})
 	if err := s.CreateNIC(1, ep); err != nil {
@@ -225,8 +229,8 @@ func newServer(t testing.TB, s *stack.Stack) *server {
 
 func (srv *server) set(f func(*server)) {
 	srv.mu.Lock()
+	defer srv.mu.Unlock()
 	f(srv)
-	srv.mu.Unlock()
 }
 
 func (srv *server) serve(done chan struct{}) {
@@ -362,8 +366,8 @@ func newRigScale(t *testing.T, scale time.Duration) *rig {
 	t.Helper()
 	a, b := pipe.New(clientMAC, serverMAC, 1500)
 	r := &rig{ctap: &tap{LinkEndpoint: ethernet.New(a)}, stap: &tap{LinkEndpoint: ethernet.New(b)}}
-	r.cs = newStack(t, r.ctap)
-	r.ss = newStack(t, r.stap)
+	r.cs = newStack(t, r.ctap, probeARP)
+	r.ss = newStack(t, r.stap, arp.NewProtocol)
 	if err := r.ss.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
 		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(serverIP.As4()), PrefixLen: 24}}, stack.AddressProperties{}); err != nil {
 		t.Fatalf("server address: %v", err)

@@ -201,11 +201,19 @@ func StartNetwork(ep stack.LinkEndpoint, mac [6]byte, cfg NetConfig, console io.
 	}
 }
 
+// arpProbes is ARP with IPv4 duplicate address detection on, which the
+// DHCP client uses to probe an ACKed address before taking it (two ARP
+// probes from 0.0.0.0, 200 ms apart: shorter than RFC 5227's 3 probes over
+// 1-2 s, so that a boot is not held up by a second). Static addresses are
+// not probed.
+var arpProbes = arp.NewProtocolWithOptions(arp.Options{DADConfigs: stack.DADConfigurations{
+	DupAddrDetectTransmits: 2, RetransmitTimer: 200 * time.Millisecond}})
+
 // newBareStack builds a stack with NIC 1 on ep, an IPv6 link-local
 // address derived from mac (EUI-64) and no IPv4 address.
 func newBareStack(ep stack.LinkEndpoint, mac [6]byte) (*stack.Stack, error) {
 	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arpProbes},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
 	if err := s.CreateNIC(1, ep); err != nil {
