@@ -533,7 +533,14 @@ func (c *Client) await(ctx context.Context, d time.Duration, accept func(*Messag
 		case <-timeout:
 			return nil, nil
 		case m := <-c.rx:
-			if accept(m) {
+			c.mu.Lock()
+			stale := m.XID != c.xid
+			if stale {
+				// Queued by receive just before newXID moved on.
+				c.stats.WrongXID++
+			}
+			c.mu.Unlock()
+			if !stale && accept(m) {
 				return m, nil
 			}
 		}

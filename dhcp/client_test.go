@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"bytes"
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -550,5 +551,23 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := New(Config{Stack: r.cs, NIC: 1}); err == nil {
 		t.Error("second client on port 68 succeeded")
+	}
+}
+
+// TestStaleReplyAfterNewTransaction: a reply that receive queued just
+// before a new transaction began is not taken by the new one.
+func TestStaleReplyAfterNewTransaction(t *testing.T) {
+	r := newRig(t)
+	old := r.c.newXID()
+	ack := &Message{Op: OpReply, XID: old, CHAddr: [6]byte([]byte(clientMAC))}
+	ack.Set(OptMessageType, []byte{byte(Ack)})
+	r.c.newXID()
+	r.c.rx <- ack
+	m, err := r.c.await(context.Background(), FirstTimeout, func(*Message) bool { return true })
+	if err != nil || m != nil {
+		t.Fatalf("await took %+v, %v", m, err)
+	}
+	if st := r.c.Stats(); st.WrongXID != 1 {
+		t.Errorf("stats %+v: want the stale reply counted as wrong xid", st)
 	}
 }
