@@ -52,5 +52,10 @@ func cpuUtil(a, b cpuSample) (total, user, system float64) {
 	}
 	pct := func(d time.Duration) float64 { return 100 * float64(max(d, 0)) / float64(wall) }
 	user, system = pct(b.user-a.user), pct(b.system-a.system)
-	return user + system, user, system
+	// Each sample reads busy time a moment before the wall clock, so at
+	// full load busy can exceed wall by that moment: report at most 100%.
+	if total := user + system; total > 100 {
+		user, system = 100*user/total, 100*system/total
+	}
+	return min(user+system, 100), user, system
 }
