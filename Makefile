@@ -55,6 +55,8 @@ APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T 0x80010000 -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
   $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))
 firmware:
+	@case "$(DHCP)" in ""|on|off) ;; *) echo "firmware: DHCP=$(DHCP): want on or off"; exit 1;; esac
+	@if [ "$(DHCP)" = off ] && [ -z "$(IP)" ]; then echo "firmware: DHCP=off needs IP=a.b.c.d/n"; exit 1; fi
 	@mkdir -p build
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
