@@ -45,10 +45,20 @@ cross:
 
 ## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage).
 ## CONTROL_TOKEN=secret opens POST /mode to "Authorization: Bearer secret"; without it the control port is closed.
+## The address comes by DHCP unless IP is set: IP=10.0.0.1/24 GATEWAY=10.0.0.2 builds a static image;
+## DHCP=on with IP set takes DHCP and falls back to IP after 30 s without a lease.
 CONTROL_TOKEN ?=
+IP            ?=
+GATEWAY       ?=
+DHCP          ?=
+APPPKG        := github.com/tamanic/tamanic/firmware/app
+FWLDFLAGS      = -T 0x80010000 -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
+  $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))
 firmware:
+	@case "$(DHCP)" in ""|on|off) ;; *) echo "firmware: DHCP=$(DHCP): want on or off"; exit 1;; esac
+	@if [ "$(DHCP)" = off ] && [ -z "$(IP)" ]; then echo "firmware: DHCP=off needs IP=a.b.c.d/n"; exit 1; fi
 	@mkdir -p build
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000 $(if $(CONTROL_TOKEN),-X github.com/tamanic/tamanic/firmware/app.BuildControlToken=$(CONTROL_TOKEN))" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \

@@ -61,30 +61,51 @@ const ControlToken = "tamanic-qemu-harness"
 
 // Build compiles the firmware for board (see Boards) into dir and returns
 // the ELF's path. root is the module root. The image accepts POST /mode
-// with ControlToken. Each of xflags is a further linker -X setting of the
-// firmware's package main ("main.E1000EIRQ=msi").
+// with ControlToken and, like make firmware, takes its address by DHCP
+// (Boot has QEMU's DHCP server hand out 10.0.0.1). Each of xflags is a
+// further linker -X setting of the firmware's package main
+// ("main.E1000EIRQ=msi").
 func Build(ctx context.Context, root, dir, board string, xflags ...string) (string, error) {
+	return BuildWith(ctx, root, dir, board, BuildOptions{XFlags: xflags})
+}
+
+// BuildOptions vary the image Build makes.
+type BuildOptions struct {
+	// IP and Gateway, if set, build a static image (make firmware
+	// IP=... GATEWAY=...); the ELF is then named tamanic-<board>-static.elf.
+	IP, Gateway string
+	// XFlags are further linker -X settings of package main.
+	XFlags []string
+}
+
+// BuildWith is Build with options.
+func BuildWith(ctx context.Context, root, dir, board string, o BuildOptions) (string, error) {
 	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
 	if err != nil {
 		return "", fmt.Errorf("qemu: locating the tamago tool: %w", err)
 	}
-	elf := filepath.Join(dir, "tamanic-"+board+".elf")
+	const appPkg = "github.com/tamanic/tamanic/firmware/app."
+	ldflags := "-T 0x80010000 -R 0x1000 -X " + appPkg + "BuildControlToken=" + ControlToken
+	name := "tamanic-" + board
+	if o.IP != "" {
+		ldflags += " -X " + appPkg + "BuildIP=" + o.IP
+		name += "-static"
+	}
+	if o.Gateway != "" {
+		ldflags += " -X " + appPkg + "BuildGateway=" + o.Gateway
+	}
+	for _, x := range o.XFlags {
+		ldflags += " -X " + x
+	}
+	elf := filepath.Join(dir, name+".elf")
 	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
-		"-ldflags", ldflags(xflags), "-o", elf, "./firmware/"+board)
+		"-ldflags", ldflags, "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("qemu: building firmware: %w\n%s", err, out)
 	}
 	return elf, nil
-}
-
-func ldflags(xflags []string) string {
-	f := "-T 0x80010000 -R 0x1000 -X github.com/tamanic/tamanic/firmware/app.BuildControlToken=" + ControlToken
-	for _, x := range xflags {
-		f += " -X " + x
-	}
-	return f
 }
 
 // Options configure a boot.
@@ -216,7 +237,7 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	}
 	m.Args = append(append([]string{}, machine...),
 		"-nographic", "-monitor", "none", "-serial", "stdio",
-		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,"+fwd,
+		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1,"+fwd,
 		"-kernel", o.ELF, "-semihosting")
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)

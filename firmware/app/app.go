@@ -99,6 +99,9 @@ type Server struct {
 	Addr  tcpip.Address
 	Ctl   Controls
 	Boot  time.Time
+	// Net, if set, is reported in /stats under "ipv4" (the address in use
+	// and the DHCP lease).
+	Net *Network
 	// ControlToken authorises POST /mode (header "Authorization: Bearer
 	// <token>"). Empty (and BuildControlToken empty): the control port is
 	// closed and every POST /mode is refused with 403.
@@ -241,6 +244,7 @@ type Stats struct {
 	Copybreak int    `json:"copybreak"`
 	LastSink  any    `json:"last_sink"`
 	NIC       any    `json:"nic"`
+	IPv4      any    `json:"ipv4,omitempty"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
@@ -248,9 +252,13 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	last := s.lastSink
 	s.mu.Unlock()
+	st := Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
+		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()}
+	if s.Net != nil {
+		st.IPv4 = s.Net.Status()
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
-		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()})
+	json.NewEncoder(w).Encode(st)
 }
 
 // authorised checks r's bearer token against the server's control token,

@@ -4,14 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/fec"
@@ -109,48 +102,11 @@ func (c *NICControls) Stats() any {
 // prefix, a default route via gw, and an IPv6 link-local address derived
 // from mac (EUI-64).
 func NewStack(ep stack.LinkEndpoint, mac [6]byte, addr netip.Prefix, gw netip.Addr) (*stack.Stack, error) {
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
-	})
-	if err := s.CreateNIC(1, ep); err != nil {
-		return nil, fmt.Errorf("app: CreateNIC: %v", err)
-	}
-	a4 := tcpip.AddrFrom4(addr.Addr().As4())
-	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
-		return nil, fmt.Errorf("app: IPv4 address: %v", err)
-	}
-	ll := header.LinkLocalAddr(tcpip.LinkAddress(mac[:]))
-	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
-		AddressWithPrefix: ll.WithPrefix()}, stack.AddressProperties{}); err != nil {
-		return nil, fmt.Errorf("app: IPv6 link-local: %v", err)
-	}
-	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(addr.Masked().Addr().As4()), tcpip.MaskFromBytes(net4Mask(addr.Bits())))
+	s, err := newBareStack(ep, mac)
 	if err != nil {
-		return nil, fmt.Errorf("app: subnet: %v", err)
+		return nil, err
 	}
-	s.SetRouteTable([]tcpip.Route{
-		{Destination: sub, NIC: 1},
-		{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(gw.As4()), NIC: 1},
-		{Destination: header.IPv6EmptySubnet, NIC: 1},
-	})
-	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
-	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
-	// Nagle on, as Linux has it by default (gVisor has it off). Without it
-	// every small write is a segment, and gVisor's receiver, which charges
-	// each segment's memory against a window advertised in payload bytes,
-	// drops in-window segments: a peer of ours writing 64 bytes at a time
-	// crawls on retransmission timeouts (TestSmallWritesDoNotCrawl,
-	// netstack's TestGVisorSmallWritesCrawlWithoutNagle). The services
-	// write in large blocks, so they lose nothing to it.
-	delay := tcpip.TCPDelayEnabled(true)
-	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
-		return nil, fmt.Errorf("app: TCP delay: %v", err)
-	}
-	return s, nil
+	return s, setStatic(s, addr, gw)
 }
 
 func net4Mask(bits int) []byte {

@@ -11,9 +11,9 @@
 // and its own instance of the services, and /stats of both interfaces
 // reports it under nic.e1000e ("E1000E ip=... mac=..." on the console).
 //
-// The addresses are set at build time:
-//
-//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2 -X main.E1000EIP=10.0.2.1/24"
+// ENET1's address comes by DHCP, or is static when built so (see
+// app.BuildNetConfig): make firmware IP=10.0.0.1/24 GATEWAY=10.0.0.2. The
+// 82574L's is set at build time: -ldflags "-X main.E1000EIP=10.0.2.1/24".
 package main
 
 import (
@@ -41,9 +41,8 @@ import (
 
 // Build-time settings.
 var (
-	IP      = "10.0.0.1/24"
-	Gateway = "10.0.0.2"
-	Mode    = "tso"
+	// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
+	Mode = "tso"
 	// E1000EIP is the 82574L's address and prefix: QEMU's default user
 	// network is 10.0.2.0/24 with the host at 10.0.2.2.
 	E1000EIP = "10.0.2.1/24"
@@ -180,13 +179,9 @@ func main() {
 			os.Exit(1)
 		}
 	}()
-	addr, err := netip.ParsePrefix(IP)
+	netcfg, err := app.BuildNetConfig()
 	if err != nil {
-		panic(fmt.Sprintf("IP %q: %v", IP, err))
-	}
-	gw, err := netip.ParseAddr(Gateway)
-	if err != nil {
-		panic(fmt.Sprintf("Gateway %q: %v", Gateway, err))
+		panic(err)
 	}
 	rc, rep := mcimx7d.PCIe()
 	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
@@ -218,7 +213,7 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := app.NewStack(ep, n.MAC(), addr, gw)
+	network, err := app.StartNetwork(ep, n.MAC(), netcfg, os.Stdout)
 	if err != nil {
 		panic(err)
 	}
@@ -229,7 +224,7 @@ func main() {
 	ctl := controls{NICControls: nc, pcie: rep}
 	if rc != nil {
 		if d := e1000e.Find(rc.Devices()); d != nil {
-			c, err := addE1000E(s, rc, d, boot)
+			c, err := addE1000E(network.Stack, rc, d, boot)
 			if err != nil {
 				// Reported, not fatal: ENET1 still serves.
 				fmt.Printf("E1000E error=%q\n", err.Error())
@@ -237,13 +232,13 @@ func main() {
 			ctl.e1000e = c
 		}
 	}
-	srv := &app.Server{Stack: s, NIC: 1, Addr: tcpip.AddrFrom4(addr.Addr().As4()), Ctl: ctl, Boot: boot}
+	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {
 		panic(err)
 	}
 	tx, cb := nc.Mode()
 	m := n.MAC()
 	fmt.Printf("READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d\n",
-		addr, m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
+		network.Addr(), m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
 	select {}
 }

@@ -5,14 +5,12 @@
 // package app. It prints "READY ip=... mac=... mode=..." on the console when
 // serving.
 //
-// The address is set at build time:
-//
-//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2"
+// The address comes by DHCP, or is static when built so (see
+// app.BuildNetConfig): make firmware IP=10.0.0.1/24 GATEWAY=10.0.0.2.
 package main
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime/debug"
 	"time"
@@ -22,15 +20,10 @@ import (
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/netstack/fecdev"
-	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
-// Build-time settings.
-var (
-	IP      = "10.0.0.1/24"
-	Gateway = "10.0.0.2"
-	Mode    = "tso"
-)
+// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
+var Mode = "tso"
 
 func main() {
 	boot := time.Now()
@@ -42,13 +35,9 @@ func main() {
 			os.Exit(1)
 		}
 	}()
-	addr, err := netip.ParsePrefix(IP)
+	netcfg, err := app.BuildNetConfig()
 	if err != nil {
-		panic(fmt.Sprintf("IP %q: %v", IP, err))
-	}
-	gw, err := netip.ParseAddr(Gateway)
-	if err != nil {
-		panic(fmt.Sprintf("Gateway %q: %v", Gateway, err))
+		panic(err)
 	}
 	var dev *fecdev.Device
 	n, err := mx6ullevk.ENET1(fec.Config{OnTxDone: func(c any, err error) { dev.Done(c, err) }})
@@ -61,7 +50,7 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	s, err := app.NewStack(ep, n.MAC(), addr, gw)
+	network, err := app.StartNetwork(ep, n.MAC(), netcfg, os.Stdout)
 	if err != nil {
 		panic(err)
 	}
@@ -69,13 +58,13 @@ func main() {
 	if err := ctl.SetMode(Mode, nil); err != nil {
 		panic(err)
 	}
-	srv := &app.Server{Stack: s, NIC: 1, Addr: tcpip.AddrFrom4(addr.Addr().As4()), Ctl: ctl, Boot: boot}
+	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {
 		panic(err)
 	}
 	tx, cb := ctl.Mode()
 	m := n.MAC()
 	fmt.Printf("READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d\n",
-		addr, m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
+		network.Addr(), m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
 	select {}
 }

@@ -1,0 +1,869 @@
+package dhcp
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// State is where the client is in RFC 2131's state machine (§4.4,
+// figure 5).
+type State int32
+
+// States.
+const (
+	Init State = iota
+	Selecting
+	Requesting
+	Bound
+	Renewing
+	Rebinding
+	Stopped
+)
+
+var stateNames = [...]string{"init", "selecting", "requesting", "bound", "renewing", "rebinding", "stopped"}
+
+func (s State) String() string {
+	if s >= 0 && int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state %d", int32(s))
+}
+
+// Clock is the client's time source; tests run it faster than real time.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Timing constants (RFC 2131).
+const (
+	// FirstTimeout is the first retransmission timeout; it doubles up to
+	// MaxTimeout (§4.1).
+	FirstTimeout = 4 * time.Second
+	// MaxTimeout caps the retransmission timeout (§4.1).
+	MaxTimeout = 64 * time.Second
+	// Jitter is the random spread added to each timeout (±, §4.1).
+	Jitter = time.Second
+	// MinRenewWait is the least the client waits between DHCPREQUESTs in
+	// RENEWING and REBINDING (§4.4.5).
+	MinRenewWait = 60 * time.Second
+	// DeclineWait is how long the client waits after declining an
+	// address in use before it starts again (RFC 2131 §3.1 step 5).
+	DeclineWait = 10 * time.Second
+	// RequestTries is how many DHCPREQUESTs REQUESTING sends before it
+	// goes back to INIT.
+	RequestTries = 4
+	// maxDNS bounds the DNS servers kept from option 6.
+	maxDNS = 8
+	// rxQueue bounds the replies waiting for the state machine.
+	rxQueue = 16
+)
+
+// Infinite is the lease duration of option 51 = 0xffffffff (RFC 2131
+// §3.3): the address is never renewed.
+const Infinite = time.Duration(1<<63 - 1)
+
+// Lease is what a DHCPACK granted.
+type Lease struct {
+	Addr    netip.Prefix
+	Gateway netip.Addr // invalid when the server sent no router
+	DNS     []netip.Addr
+	Server  netip.Addr // the server identifier (option 54)
+	// Duration, T1 and T2 are relative to Start; T1 and T2 default to
+	// 0.5 and 0.875 of Duration (§4.4.5).
+	Duration, T1, T2 time.Duration
+	Start            time.Time // when the DHCPREQUEST that got the ACK was sent (§4.4.1)
+}
+
+// Stats counts the client's traffic and every reply it dropped.
+type Stats struct {
+	Discovers   uint64 `json:"discovers"`
+	Requests    uint64 `json:"requests"`
+	Retransmits uint64 `json:"retransmits"`
+	Offers      uint64 `json:"offers"`
+	Acks        uint64 `json:"acks"`
+	Naks        uint64 `json:"naks"`
+	Leases      uint64 `json:"leases"`   // DHCPACKs that bound from INIT
+	Renewals    uint64 `json:"renewals"` // DHCPACKs in RENEWING
+	Rebinds     uint64 `json:"rebinds"`  // DHCPACKs in REBINDING
+	Expiries    uint64 `json:"expiries"`
+	Conflicts   uint64 `json:"conflicts"` // ACKed addresses another host answered ARP for
+	Declines    uint64 `json:"declines"`
+	// Dropped replies, by reason.
+	Garbage    uint64 `json:"garbage"`      // undecodable (Parse failed)
+	NotReply   uint64 `json:"not_reply"`    // op is not BOOTREPLY
+	WrongXID   uint64 `json:"wrong_xid"`    // no transaction of ours
+	WrongCHAdr uint64 `json:"wrong_chaddr"` // someone else's hardware address
+	Unexpected uint64 `json:"unexpected"`   // type not expected in this state, or from another server
+	BadReply   uint64 `json:"bad_reply"`    // missing server id or lease time, unusable address
+	Overflow   uint64 `json:"rx_overflow"`  // replies dropped because the queue was full
+	SendErrors uint64 `json:"send_errors"`
+	LastError  string `json:"last_error,omitempty"`
+}
+
+// Status is a snapshot of the client, JSON-encodable for /stats.
+type Status struct {
+	State   string   `json:"state"`
+	Address string   `json:"address,omitempty"`
+	Gateway string   `json:"gateway,omitempty"`
+	DNS     []string `json:"dns,omitempty"`
+	Server  string   `json:"server,omitempty"`
+	LeaseS  float64  `json:"lease_s,omitempty"` // -1: infinite
+	T1S     float64  `json:"t1_s,omitempty"`
+	T2S     float64  `json:"t2_s,omitempty"`
+	// AgeS is how long ago the lease started.
+	AgeS  float64 `json:"age_s,omitempty"`
+	Stats Stats   `json:"stats"`
+}
+
+// Config configures a Client.
+type Config struct {
+	Stack *stack.Stack
+	NIC   tcpip.NICID
+	// Hostname, if set, is sent as option 12.
+	Hostname string
+	// Clock defaults to the real clock.
+	Clock Clock
+	// Rand draws transaction ids and jitter; nil: seeded from crypto/rand.
+	Rand *rand.Rand
+	// Log, if set, receives one line per state change.
+	Log func(format string, args ...any)
+}
+
+// Client is a DHCPv4 client on one NIC of a gVisor stack. It owns the
+// NIC's IPv4 address and IPv4 routes while it runs.
+type Client struct {
+	cfg   Config
+	mac   [6]byte
+	clock Clock
+	rnd   *rand.Rand
+
+	ep   tcpip.Endpoint
+	conn *gonet.UDPConn
+	rx   chan *Message
+
+	state atomic.Int32
+	bound chan struct{} // closed at the first bind
+	once  sync.Once
+
+	mu       sync.Mutex
+	lease    Lease
+	have     bool // lease is valid and installed
+	stats    Stats
+	unspec   bool // 0.0.0.0 is on the NIC
+	xid      uint32
+	xidValid bool
+}
+
+// New opens the client's UDP endpoint (port 68 on cfg.NIC) and returns a
+// client ready to Run.
+func New(cfg Config) (*Client, error) {
+	if cfg.Stack == nil {
+		return nil, errors.New("dhcp: no stack")
+	}
+	info, ok := cfg.Stack.NICInfo()[cfg.NIC]
+	if !ok {
+		return nil, fmt.Errorf("dhcp: no NIC %d", cfg.NIC)
+	}
+	if len(info.LinkAddress) != 6 {
+		return nil, fmt.Errorf("dhcp: NIC %d has link address %q, not Ethernet", cfg.NIC, info.LinkAddress)
+	}
+	c := &Client{cfg: cfg, clock: cfg.Clock, rnd: cfg.Rand, rx: make(chan *Message, rxQueue), bound: make(chan struct{})}
+	copy(c.mac[:], info.LinkAddress)
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
+	if c.rnd == nil {
+		var seed [32]byte
+		if _, err := crand.Read(seed[:]); err != nil {
+			return nil, fmt.Errorf("dhcp: seeding: %w", err)
+		}
+		c.rnd = rand.New(rand.NewChaCha8(seed))
+	}
+	var wq waiter.Queue
+	ep, terr := cfg.Stack.NewEndpoint(udp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
+	if terr != nil {
+		return nil, fmt.Errorf("dhcp: UDP endpoint: %v", terr)
+	}
+	ep.SocketOptions().SetBroadcast(true)
+	if terr := ep.Bind(tcpip.FullAddress{NIC: cfg.NIC, Port: ClientPort}); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("dhcp: bind port %d: %v", ClientPort, terr)
+	}
+	c.ep, c.conn = ep, gonet.NewUDPConn(&wq, ep)
+	return c, nil
+}
+
+// Bound is closed when the client first binds a lease.
+func (c *Client) Bound() <-chan struct{} { return c.bound }
+
+// State returns the current state.
+func (c *Client) State() State { return State(c.state.Load()) }
+
+// Lease returns the lease in force, ok false when there is none.
+func (c *Client) Lease() (l Lease, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lease, c.have
+}
+
+// Stats returns the counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Status returns a snapshot for /stats.
+func (c *Client) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{State: c.State().String(), Stats: c.stats}
+	if !c.have {
+		return st
+	}
+	l := c.lease
+	st.Address, st.Server = l.Addr.String(), l.Server.String()
+	if l.Gateway.IsValid() {
+		st.Gateway = l.Gateway.String()
+	}
+	for _, d := range l.DNS {
+		st.DNS = append(st.DNS, d.String())
+	}
+	st.LeaseS, st.T1S, st.T2S = -1, -1, -1
+	if l.Duration != Infinite {
+		st.LeaseS, st.T1S, st.T2S = l.Duration.Seconds(), l.T1.Seconds(), l.T2.Seconds()
+	}
+	st.AgeS = c.clock.Now().Sub(l.Start).Seconds()
+	return st
+}
+
+func (c *Client) count(f func(*Stats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.mu.Unlock()
+}
+
+func (c *Client) setState(s State) {
+	if old := State(c.state.Swap(int32(s))); old != s && c.cfg.Log != nil {
+		c.cfg.Log("dhcp: %v -> %v", old, s)
+	}
+}
+
+// Run runs the client until ctx is done, then closes its endpoint and
+// returns ctx's error. The address stays on the NIC when Run returns
+// while a lease is held (no DHCPRELEASE is sent); 0.0.0.0 is removed.
+func (c *Client) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go c.receive(done)
+	defer func() {
+		c.conn.Close()
+		<-done
+		c.mu.Lock()
+		c.dropUnspecified()
+		c.mu.Unlock()
+		c.setState(Stopped)
+	}()
+	for {
+		if err := c.acquire(ctx); err != nil {
+			return err
+		}
+		if err := c.keep(ctx); err != nil {
+			return err
+		}
+		// The lease was lost (DHCPNAK or expiry): wait a little before
+		// DISCOVER, so that a server granting zero-length leases or
+		// NAKing every renewal gets a request a second, not a storm.
+		if err := c.sleep(ctx, c.backoff(0)/4); err != nil {
+			return err
+		}
+	}
+}
+
+// receive decodes datagrams on port 68 and queues the plausible ones for
+// the state machine; everything else is counted.
+func (c *Client) receive(done chan<- struct{}) {
+	defer close(done)
+	buf := make([]byte, MaxMessageLen+1)
+	for {
+		n, _, err := c.conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		m, err := Parse(buf[:n])
+		if err != nil {
+			c.count(func(s *Stats) { s.Garbage++; s.LastError = err.Error() })
+			continue
+		}
+		if m.Op != OpReply {
+			c.count(func(s *Stats) { s.NotReply++ })
+			continue
+		}
+		if m.CHAddr != c.mac {
+			c.count(func(s *Stats) { s.WrongCHAdr++ })
+			continue
+		}
+		c.mu.Lock()
+		ok := c.xidValid && m.XID == c.xid
+		if !ok {
+			c.stats.WrongXID++
+		}
+		c.mu.Unlock()
+		if !ok {
+			continue
+		}
+		select {
+		case c.rx <- m:
+		default:
+			c.count(func(s *Stats) { s.Overflow++ })
+		}
+	}
+}
+
+// newXID starts a transaction: replies with any other xid are dropped.
+func (c *Client) newXID() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.xid, c.xidValid = c.rnd.Uint32(), true
+	// Drain replies to the previous transaction.
+	for {
+		select {
+		case <-c.rx:
+		default:
+			return c.xid
+		}
+	}
+}
+
+// backoff returns the n-th retransmission timeout (n from 0) with jitter.
+func (c *Client) backoff(n int) time.Duration {
+	d := FirstTimeout << min(n, 4)
+	c.mu.Lock()
+	j := time.Duration(c.rnd.Int64N(int64(2*Jitter+1))) - Jitter
+	c.mu.Unlock()
+	return d + j
+}
+
+// acquire runs INIT, SELECTING and REQUESTING until a lease is bound.
+func (c *Client) acquire(ctx context.Context) error {
+	for {
+		c.setState(Init)
+		c.mu.Lock()
+		err := c.addUnspecified()
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		c.setState(Selecting)
+		xid := c.newXID()
+		start := c.clock.Now()
+		var offer *Message
+		for try := 0; offer == nil; try++ {
+			secs := uint16(min(c.clock.Now().Sub(start)/time.Second, 0xffff))
+			c.send(c.discover(xid, secs), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Discovers++ })
+			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool { return c.acceptOffer(m) })
+			if err != nil {
+				return err
+			}
+			offer = m
+		}
+		c.count(func(s *Stats) { s.Offers++ })
+		server, _ := offer.Addr(OptServerID)
+		c.setState(Requesting)
+		var lease *Lease
+		nak := false
+		for try := 0; try < RequestTries && lease == nil && !nak; try++ {
+			sent := c.clock.Now()
+			secs := uint16(min(sent.Sub(start)/time.Second, 0xffff))
+			c.send(c.request(xid, secs, netip.Addr{}, offer.YIAddr, server, true), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Requests++ })
+			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool { return c.acceptAckNak(m, server) })
+			if err != nil {
+				return err
+			}
+			if m == nil {
+				continue
+			}
+			if m.Type() == Nak {
+				nak = true
+				break
+			}
+			lease = c.leaseFrom(m, sent)
+		}
+		if lease == nil {
+			// DHCPNAK or no answer: back to INIT after a short random
+			// wait, so that a NAKing server is not flooded.
+			if nak {
+				c.count(func(s *Stats) { s.Naks++ })
+			}
+			if err := c.sleep(ctx, c.backoff(0)/4); err != nil {
+				return err
+			}
+			continue
+		}
+		conflict, err := c.probe(ctx, lease.Addr.Addr())
+		if err != nil {
+			return err
+		}
+		if conflict {
+			// RFC 2131 §4.4.1: DHCPDECLINE, then wait at least 10 s
+			// before starting again (§3.1 step 5).
+			c.count(func(s *Stats) {
+				s.Conflicts++
+				s.LastError = fmt.Sprintf("%v is in use on the link (ARP): declined", lease.Addr.Addr())
+			})
+			c.send(c.decline(xid, lease.Addr.Addr(), server), netip.AddrFrom4([4]byte{255, 255, 255, 255}), false, func(s *Stats) { s.Declines++ })
+			if err := c.sleep(ctx, DeclineWait); err != nil {
+				return err
+			}
+			continue
+		}
+		return c.install(*lease, func(s *Stats) { s.Acks++; s.Leases++ })
+	}
+}
+
+// keep runs BOUND, RENEWING and REBINDING; it returns nil when the lease
+// is lost (DHCPNAK or expiry) and the client must start over.
+func (c *Client) keep(ctx context.Context) error {
+	for {
+		c.setState(Bound)
+		l, _ := c.Lease()
+		if l.Duration == Infinite {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		t1, t2, end := l.Start.Add(l.T1), l.Start.Add(l.T2), l.Start.Add(l.Duration)
+		if err := c.sleep(ctx, t1.Sub(c.clock.Now())); err != nil {
+			return err
+		}
+		// RENEWING: unicast to the server that granted the lease, then
+		// REBINDING: broadcast to any server.
+		renewed := false
+		for _, phase := range []struct {
+			state State
+			until time.Time
+			to    netip.Addr
+		}{{Renewing, t2, l.Server}, {Rebinding, end, netip.AddrFrom4([4]byte{255, 255, 255, 255})}} {
+			c.setState(phase.state)
+			xid := c.newXID()
+			start := c.clock.Now()
+			for try := 0; !renewed; try++ {
+				left := phase.until.Sub(c.clock.Now())
+				if left <= 0 {
+					break
+				}
+				sent := c.clock.Now()
+				secs := uint16(min(sent.Sub(start)/time.Second, 0xffff))
+				c.send(c.request(xid, secs, l.Addr.Addr(), netip.Addr{}, netip.Addr{}, false), phase.to, try > 0, func(s *Stats) { s.Requests++ })
+				wait := min(max(left/2, MinRenewWait), left)
+				server := l.Server
+				if phase.state == Rebinding {
+					server = netip.Addr{}
+				}
+				m, err := c.await(ctx, wait, func(m *Message) bool { return c.acceptAckNak(m, server) })
+				if err != nil {
+					return err
+				}
+				if m == nil {
+					continue
+				}
+				if m.Type() == Nak {
+					c.count(func(s *Stats) { s.Naks++ })
+					c.drop("DHCPNAK")
+					return nil
+				}
+				nl := c.leaseFrom(m, sent)
+				if nl == nil {
+					continue
+				}
+				if err := c.install(*nl, func(s *Stats) {
+					s.Acks++
+					if phase.state == Renewing {
+						s.Renewals++
+					} else {
+						s.Rebinds++
+					}
+				}); err != nil {
+					return err
+				}
+				renewed = true
+			}
+			if renewed {
+				break
+			}
+		}
+		if !renewed {
+			c.count(func(s *Stats) { s.Expiries++ })
+			c.drop("lease expired")
+			return nil
+		}
+	}
+}
+
+// await waits up to d for a queued reply that accept takes; replies it
+// refuses are dropped (accept counts them). It returns nil, nil on time
+// out.
+func (c *Client) await(ctx context.Context, d time.Duration, accept func(*Message) bool) (*Message, error) {
+	timeout := c.clock.After(d)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timeout:
+			return nil, nil
+		case m := <-c.rx:
+			c.mu.Lock()
+			stale := m.XID != c.xid
+			if stale {
+				// Queued by receive just before newXID moved on.
+				c.stats.WrongXID++
+			}
+			c.mu.Unlock()
+			if !stale && accept(m) {
+				return m, nil
+			}
+		}
+	}
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.clock.After(d):
+		return nil
+	}
+}
+
+// usable reports whether a is an address a host may take.
+func usable(a netip.Addr) bool {
+	return a.Is4() && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+func (c *Client) acceptOffer(m *Message) bool {
+	if m.Type() != Offer {
+		c.count(func(s *Stats) { s.Unexpected++ })
+		return false
+	}
+	if id, ok := m.Addr(OptServerID); !ok || !usable(id) || !usable(m.YIAddr) {
+		c.count(func(s *Stats) {
+			s.BadReply++
+			s.LastError = fmt.Sprintf("DHCPOFFER of %v without a usable server identifier or address", m.YIAddr)
+		})
+		return false
+	}
+	return true
+}
+
+// acceptAckNak takes a DHCPACK or DHCPNAK from server (any server if
+// server is invalid).
+func (c *Client) acceptAckNak(m *Message, server netip.Addr) bool {
+	t := m.Type()
+	if t != Ack && t != Nak {
+		c.count(func(s *Stats) { s.Unexpected++ })
+		return false
+	}
+	if server.IsValid() {
+		// RFC 2131 §4.4.1 lets the client ignore replies from servers it did
+		// not ask; a missing identifier is tolerated on DHCPNAK only.
+		id, ok := m.Addr(OptServerID)
+		if (ok && id != server) || (!ok && t == Ack) {
+			c.count(func(s *Stats) { s.Unexpected++ })
+			return false
+		}
+	}
+	return true
+}
+
+// leaseFrom turns a DHCPACK into a lease starting at sent, or counts it
+// as bad and returns nil.
+func (c *Client) leaseFrom(m *Message, sent time.Time) *Lease {
+	bad := func(why string) *Lease {
+		c.count(func(s *Stats) { s.BadReply++; s.LastError = "DHCPACK " + why })
+		return nil
+	}
+	if !usable(m.YIAddr) {
+		return bad(fmt.Sprintf("with unusable address %v", m.YIAddr))
+	}
+	server, ok := m.Addr(OptServerID)
+	if !ok || !usable(server) {
+		return bad("without a server identifier")
+	}
+	secs, ok := m.Uint32(OptLeaseTime)
+	if !ok {
+		return bad("without a lease time")
+	}
+	l := &Lease{Server: server, Start: sent}
+	bits := classful(m.YIAddr)
+	if v, ok := m.Options[OptSubnetMask]; ok {
+		b, ok := maskBits(v)
+		if !ok || b == 0 || b > 30 {
+			return bad(fmt.Sprintf("with subnet mask % x", v))
+		}
+		bits = b
+	}
+	l.Addr = netip.PrefixFrom(m.YIAddr, bits)
+	if rs, ok := m.Addrs(OptRouter); ok && usable(rs[0]) {
+		l.Gateway = rs[0]
+	}
+	if ds, ok := m.Addrs(OptDNS); ok {
+		for _, d := range ds[:min(len(ds), maxDNS)] {
+			if usable(d) {
+				l.DNS = append(l.DNS, d)
+			}
+		}
+	}
+	if secs == 0xffffffff {
+		l.Duration, l.T1, l.T2 = Infinite, Infinite, Infinite
+		return l
+	}
+	l.Duration = time.Duration(secs) * time.Second
+	l.T1, l.T2 = l.Duration/2, l.Duration*7/8
+	t1, ok1 := m.Uint32(OptRenewalTime)
+	t2, ok2 := m.Uint32(OptRebindingTime)
+	if ok2 && t2 < secs {
+		l.T2 = time.Duration(t2) * time.Second
+	}
+	if ok1 && time.Duration(t1)*time.Second < l.T2 {
+		l.T1 = time.Duration(t1) * time.Second
+	}
+	if l.T1 > l.T2 {
+		l.T1 = l.T2
+	}
+	return l
+}
+
+func classful(a netip.Addr) int {
+	switch b := a.As4()[0]; {
+	case b < 128:
+		return 8
+	case b < 192:
+		return 16
+	default:
+		return 24
+	}
+}
+
+// maskBits returns the prefix length of a contiguous 4-byte mask.
+func maskBits(v []byte) (int, bool) {
+	if len(v) != 4 {
+		return 0, false
+	}
+	m := binary.BigEndian.Uint32(v)
+	bits := 0
+	for m&0x80000000 != 0 {
+		bits++
+		m <<= 1
+	}
+	return bits, m == 0
+}
+
+// base returns a request or discover with the fields every client
+// message carries.
+func (c *Client) base(t MessageType, xid uint32, secs uint16) *Message {
+	m := &Message{Op: OpRequest, XID: xid, Secs: secs, CHAddr: c.mac}
+	m.Set(OptMessageType, []byte{byte(t)})
+	m.Set(OptClientID, append([]byte{1}, c.mac[:]...))
+	m.Set(OptMaxMessageLen, []byte{0x05, 0xdc}) // 1500: what our MTU carries
+	if c.cfg.Hostname != "" {
+		m.Set(OptHostName, []byte(c.cfg.Hostname))
+	}
+	m.Set(OptParamRequest, []byte{OptSubnetMask, OptRouter, OptDNS, OptLeaseTime, OptRenewalTime, OptRebindingTime})
+	return m
+}
+
+// decline builds a DHCPDECLINE of addr to server (RFC 2131 table 5).
+func (c *Client) decline(xid uint32, addr, server netip.Addr) *Message {
+	m := &Message{Op: OpRequest, XID: xid, CHAddr: c.mac}
+	m.Set(OptMessageType, []byte{byte(Decline)})
+	m.Set(OptClientID, append([]byte{1}, c.mac[:]...))
+	a, sv := addr.As4(), server.As4()
+	m.Set(OptRequestedIP, a[:])
+	m.Set(OptServerID, sv[:])
+	return m
+}
+
+// probe asks the link whether addr is in use, by gVisor's IPv4 duplicate
+// address detection (ARP probes from 0.0.0.0, RFC 5227). It returns false
+// at once when the stack's ARP has DAD off (arp.Options.DADConfigs).
+func (c *Client) probe(ctx context.Context, addr netip.Addr) (bool, error) {
+	done := make(chan stack.DADResult, 1)
+	disp, err := c.cfg.Stack.CheckDuplicateAddress(c.cfg.NIC, ipv4.ProtocolNumber, tcpip.AddrFrom4(addr.As4()),
+		func(r stack.DADResult) { done <- r })
+	if err != nil {
+		c.count(func(s *Stats) { s.LastError = fmt.Sprintf("ARP probe of %v: %v", addr, err) })
+		return false, nil
+	}
+	if disp == stack.DADDisabled {
+		return false, nil
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case r := <-done:
+		_, dup := r.(*stack.DADDupAddrDetected)
+		return dup, nil
+	}
+}
+
+func (c *Client) discover(xid uint32, secs uint16) *Message {
+	m := c.base(Discover, xid, secs)
+	m.Flags = FlagBroadcast
+	return m
+}
+
+// request builds a DHCPREQUEST: in SELECTING with requested and server
+// set (§4.3.2), in RENEWING/REBINDING with ciaddr set and neither.
+func (c *Client) request(xid uint32, secs uint16, ciaddr, requested, server netip.Addr, broadcast bool) *Message {
+	m := c.base(Request, xid, secs)
+	m.CIAddr = ciaddr
+	if broadcast {
+		m.Flags = FlagBroadcast
+	}
+	if requested.IsValid() {
+		a := requested.As4()
+		m.Set(OptRequestedIP, a[:])
+	}
+	if server.IsValid() {
+		a := server.As4()
+		m.Set(OptServerID, a[:])
+	}
+	return m
+}
+
+// send writes m to to:67 on the client's NIC, counting it.
+func (c *Client) send(m *Message, to netip.Addr, retransmit bool, counter func(*Stats)) {
+	b, err := m.Marshal()
+	if err != nil {
+		c.count(func(s *Stats) { s.SendErrors++; s.LastError = err.Error() })
+		return
+	}
+	a := to.As4()
+	_, terr := c.ep.Write(bytes.NewReader(b), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: c.cfg.NIC, Addr: tcpip.AddrFrom4(a), Port: ServerPort}})
+	c.count(func(s *Stats) {
+		counter(s)
+		if retransmit {
+			s.Retransmits++
+		}
+		if terr != nil {
+			s.SendErrors++
+			s.LastError = fmt.Sprintf("send %v to %v: %v", m.Type(), to, terr)
+		}
+	})
+}
+
+var unspecified = tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+	AddressWithPrefix: tcpip.AddressWithPrefix{Address: header.IPv4Any, PrefixLen: 32}}
+
+// addUnspecified puts 0.0.0.0 on the NIC so that broadcasts leave with
+// it as their source (RFC 2131 §4.1). c.mu is held.
+func (c *Client) addUnspecified() error {
+	if c.unspec {
+		return nil
+	}
+	if err := c.cfg.Stack.AddProtocolAddress(c.cfg.NIC, unspecified, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("dhcp: adding 0.0.0.0 to NIC %d: %v", c.cfg.NIC, err)
+	}
+	c.unspec = true
+	return nil
+}
+
+// dropUnspecified removes 0.0.0.0 from the NIC. c.mu is held.
+func (c *Client) dropUnspecified() {
+	if c.unspec {
+		c.cfg.Stack.RemoveAddress(c.cfg.NIC, header.IPv4Any)
+		c.unspec = false
+	}
+}
+
+func isIPv4Route(nic tcpip.NICID) func(tcpip.Route) bool {
+	return func(r tcpip.Route) bool { return r.NIC == nic && r.Destination.ID().BitLen() == 32 }
+}
+
+// install puts l's address and routes on the NIC, replacing any earlier
+// lease's, counts the ACK with counter and enters BOUND; Bound() is closed
+// only then, so that whoever waits on it sees the lease, the counters and
+// the state together.
+func (c *Client) install(l Lease, counter func(*Stats)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, nic := c.cfg.Stack, c.cfg.NIC
+	if c.have && c.lease.Addr != l.Addr {
+		s.RemoveAddress(nic, tcpip.AddrFrom4(c.lease.Addr.Addr().As4()))
+	}
+	if !c.have || c.lease.Addr != l.Addr {
+		pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(l.Addr.Addr().As4()), PrefixLen: l.Addr.Bits()}}
+		if err := s.AddProtocolAddress(nic, pa, stack.AddressProperties{}); err != nil {
+			c.have = false
+			return fmt.Errorf("dhcp: adding %v to NIC %d: %v", l.Addr, nic, err)
+		}
+	}
+	c.dropUnspecified()
+	s.RemoveRoutes(isIPv4Route(nic))
+	m := l.Addr.Masked()
+	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(m.Addr().As4()), tcpip.MaskFromBytes(maskBytes(m.Bits())))
+	if err != nil {
+		return fmt.Errorf("dhcp: subnet %v: %v", m, err)
+	}
+	s.AddRoute(tcpip.Route{Destination: sub, NIC: nic})
+	if l.Gateway.IsValid() {
+		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(l.Gateway.As4()), NIC: nic})
+	}
+	c.lease, c.have = l, true
+	counter(&c.stats)
+	c.setState(Bound)
+	c.once.Do(func() { close(c.bound) })
+	if c.cfg.Log != nil {
+		c.cfg.Log("dhcp: bound %v gateway %v dns %v server %v lease %v", l.Addr, l.Gateway, l.DNS, l.Server, l.Duration)
+	}
+	return nil
+}
+
+// drop removes the lease's address and routes.
+func (c *Client) drop(why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.have {
+		return
+	}
+	c.cfg.Stack.RemoveAddress(c.cfg.NIC, tcpip.AddrFrom4(c.lease.Addr.Addr().As4()))
+	c.cfg.Stack.RemoveRoutes(isIPv4Route(c.cfg.NIC))
+	if c.cfg.Log != nil {
+		c.cfg.Log("dhcp: dropped %v: %s", c.lease.Addr, why)
+	}
+	c.have = false
+	c.lease = Lease{}
+}
+
+func maskBytes(bits int) []byte {
+	m := make([]byte, 4)
+	for i := 0; i < bits; i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}

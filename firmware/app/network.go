@@ -1,0 +1,264 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/tamanic/tamanic/dhcp"
+)
+
+// Build-time network settings, linked in by make firmware (IP=, GATEWAY=,
+// DHCP=) with -ldflags "-X github.com/tamanic/tamanic/firmware/app.BuildIP=...".
+// They are only read, by BuildNetConfig.
+var (
+	// BuildIP is the static address and prefix ("10.0.0.1/24"); empty:
+	// none.
+	BuildIP string
+	// BuildGateway is the static default gateway; empty: none.
+	BuildGateway string
+	// BuildDHCP is "on", "off" or empty: DHCP exactly when BuildIP is
+	// empty. "on" with BuildIP set takes the address by DHCP and falls
+	// back to BuildIP when no lease comes within DefaultDHCPWait.
+	BuildDHCP string
+)
+
+// DefaultDHCPWait is how long StartNetwork waits for a first lease before
+// it falls back to the static address or says on the console that it is
+// still trying.
+const DefaultDHCPWait = 30 * time.Second
+
+// NetConfig is how the firmware gets its IPv4 address.
+type NetConfig struct {
+	// DHCP takes the address, gateway and DNS servers by DHCP.
+	DHCP bool
+	// Static is the static address: used as such when DHCP is off, as the
+	// fallback when DHCP finds no lease in DHCPWait (invalid: no
+	// fallback, DHCP keeps trying).
+	Static netip.Prefix
+	// Gateway is the static default gateway (invalid: none).
+	Gateway netip.Addr
+	// DHCPWait defaults to DefaultDHCPWait.
+	DHCPWait time.Duration
+	// Hostname is sent to the DHCP server (option 12).
+	Hostname string
+}
+
+// ParseNetConfig builds a NetConfig from the build-time strings (see
+// BuildIP, BuildGateway, BuildDHCP).
+func ParseNetConfig(ip, gateway, useDHCP string) (NetConfig, error) {
+	c := NetConfig{Hostname: "tamanic"}
+	var err error
+	if ip != "" {
+		if c.Static, err = netip.ParsePrefix(ip); err != nil || !c.Static.Addr().Is4() {
+			return c, fmt.Errorf("app: static address %q: want an IPv4 prefix such as 10.0.0.1/24", ip)
+		}
+	}
+	if gateway != "" {
+		if c.Gateway, err = netip.ParseAddr(gateway); err != nil || !c.Gateway.Is4() {
+			return c, fmt.Errorf("app: gateway %q: want an IPv4 address", gateway)
+		}
+	}
+	switch strings.ToLower(useDHCP) {
+	case "":
+		c.DHCP = ip == ""
+	case "on", "1", "yes", "true":
+		c.DHCP = true
+	case "off", "0", "no", "false":
+		if ip == "" {
+			return c, errors.New("app: DHCP off and no static address (make firmware IP=a.b.c.d/n)")
+		}
+	default:
+		return c, fmt.Errorf("app: DHCP=%q: want on or off", useDHCP)
+	}
+	return c, nil
+}
+
+// BuildNetConfig is ParseNetConfig of the build-time settings.
+func BuildNetConfig() (NetConfig, error) { return ParseNetConfig(BuildIP, BuildGateway, BuildDHCP) }
+
+// Network is the firmware's IPv4 configuration at run time.
+type Network struct {
+	Stack *stack.Stack
+	// DHCP is the client, nil when the address is static from the start.
+	DHCP *dhcp.Client
+
+	mu       sync.Mutex
+	mode     string // "dhcp", "static", "static-fallback"
+	static   netip.Prefix
+	gateway  netip.Addr
+	stopDHCP context.CancelFunc
+}
+
+// NetStatus is the "ipv4" member of /stats.
+type NetStatus struct {
+	// Mode is "dhcp", "static" or "static-fallback" (DHCP found no lease
+	// and the built-in address was taken).
+	Mode    string       `json:"mode"`
+	Address string       `json:"address,omitempty"`
+	Gateway string       `json:"gateway,omitempty"`
+	DHCP    *dhcp.Status `json:"dhcp,omitempty"`
+}
+
+// Status reports the address in use and, under DHCP, the lease.
+func (n *Network) Status() NetStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := NetStatus{Mode: n.mode}
+	if n.DHCP != nil {
+		d := n.DHCP.Status()
+		st.DHCP = &d
+	}
+	if n.mode == "dhcp" {
+		st.Address, st.Gateway = st.DHCP.Address, st.DHCP.Gateway
+		return st
+	}
+	st.Address = n.static.String()
+	if n.gateway.IsValid() {
+		st.Gateway = n.gateway.String()
+	}
+	return st
+}
+
+// Addr returns the IPv4 address in use (invalid while DHCP holds no
+// lease).
+func (n *Network) Addr() netip.Prefix {
+	n.mu.Lock()
+	mode, static := n.mode, n.static
+	n.mu.Unlock()
+	if mode != "dhcp" {
+		return static
+	}
+	l, _ := n.DHCP.Lease()
+	return l.Addr
+}
+
+// StartNetwork builds a gVisor stack on ep (NIC 1, IPv6 link-local from
+// mac) and configures IPv4 as cfg says. Under DHCP it returns once the
+// first lease is bound; if none comes within cfg.DHCPWait it says so on
+// console and either takes cfg.Static (stopping the client) or keeps
+// waiting, saying so again every DHCPWait.
+func StartNetwork(ep stack.LinkEndpoint, mac [6]byte, cfg NetConfig, console io.Writer) (*Network, error) {
+	s, err := newBareStack(ep, mac)
+	if err != nil {
+		return nil, err
+	}
+	n := &Network{Stack: s, static: cfg.Static, gateway: cfg.Gateway, mode: "static"}
+	if !cfg.DHCP {
+		if !cfg.Static.IsValid() {
+			return nil, errors.New("app: no static address and DHCP off")
+		}
+		return n, setStatic(s, cfg.Static, cfg.Gateway)
+	}
+	c, err := dhcp.New(dhcp.Config{Stack: s, NIC: 1, Hostname: cfg.Hostname,
+		Log: func(f string, a ...any) { fmt.Fprintf(console, f+"\n", a...) }})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		c.Run(ctx)
+		close(stopped)
+	}()
+	n.DHCP, n.stopDHCP, n.mode = c, cancel, "dhcp"
+	wait := cfg.DHCPWait
+	if wait <= 0 {
+		wait = DefaultDHCPWait
+	}
+	for waited := wait; ; waited += wait {
+		select {
+		case <-c.Bound():
+			return n, nil
+		case <-time.After(wait):
+		}
+		st := c.Stats()
+		if cfg.Static.IsValid() {
+			fmt.Fprintf(console, "DHCP: no lease after %v (%d DISCOVERs, %d offers): falling back to the static %v\n",
+				waited, st.Discovers, st.Offers, cfg.Static)
+			cancel()
+			<-stopped
+			n.mu.Lock()
+			n.mode = "static-fallback"
+			n.mu.Unlock()
+			return n, setStatic(s, cfg.Static, cfg.Gateway)
+		}
+		fmt.Fprintf(console, "DHCP: no lease after %v (%d DISCOVERs, %d offers), still trying\n", waited, st.Discovers, st.Offers)
+	}
+}
+
+// arpProbes is ARP with IPv4 duplicate address detection on, which the
+// DHCP client uses to probe an ACKed address before taking it (two ARP
+// probes from 0.0.0.0, 200 ms apart: shorter than RFC 5227's 3 probes over
+// 1-2 s, so that a boot is not held up by a second). Static addresses are
+// not probed.
+var arpProbes = arp.NewProtocolWithOptions(arp.Options{DADConfigs: stack.DADConfigurations{
+	DupAddrDetectTransmits: 2, RetransmitTimer: 200 * time.Millisecond}})
+
+// newBareStack builds a stack with NIC 1 on ep, an IPv6 link-local
+// address derived from mac (EUI-64) and no IPv4 address.
+func newBareStack(ep stack.LinkEndpoint, mac [6]byte) (*stack.Stack, error) {
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arpProbes},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+	})
+	if err := s.CreateNIC(1, ep); err != nil {
+		return nil, fmt.Errorf("app: CreateNIC: %v", err)
+	}
+	ll := header.LinkLocalAddr(tcpip.LinkAddress(mac[:]))
+	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
+		AddressWithPrefix: ll.WithPrefix()}, stack.AddressProperties{}); err != nil {
+		return nil, fmt.Errorf("app: IPv6 link-local: %v", err)
+	}
+	s.AddRoute(tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: 1})
+	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
+	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	// Nagle on, as Linux has it by default (gVisor has it off). Without it
+	// every small write is a segment, and gVisor's receiver, which charges
+	// each segment's memory against a window advertised in payload bytes,
+	// drops in-window segments: an application of ours writing 64 bytes
+	// at a time to a gVisor peer crawls on retransmission timeouts
+	// (TestSmallWritesDoNotCrawl, netstack's
+	// TestGVisorSmallWritesCrawlWithoutNagle). The services write in large
+	// blocks, so they lose nothing to it.
+	delay := tcpip.TCPDelayEnabled(true)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
+		return nil, fmt.Errorf("app: TCP delay: %v", err)
+	}
+	return s, nil
+}
+
+// setStatic puts addr on NIC 1 with an on-link route to its subnet and,
+// if gw is valid, a default route via gw.
+func setStatic(s *stack.Stack, addr netip.Prefix, gw netip.Addr) error {
+	a4 := tcpip.AddrFrom4(addr.Addr().As4())
+	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("app: IPv4 address %v: %v", addr, err)
+	}
+	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(addr.Masked().Addr().As4()), tcpip.MaskFromBytes(net4Mask(addr.Bits())))
+	if err != nil {
+		return fmt.Errorf("app: subnet: %v", err)
+	}
+	s.AddRoute(tcpip.Route{Destination: sub, NIC: 1})
+	if gw.IsValid() {
+		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(gw.As4()), NIC: 1})
+	}
+	return nil
+}
