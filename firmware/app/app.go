@@ -33,7 +33,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -122,22 +121,21 @@ type Server struct {
 
 // Start listens on every port and serves in background goroutines.
 func (s *Server) Start() error {
-	full := func(p uint16) tcpip.FullAddress { return tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: p} }
-	sink, err := gonet.ListenTCP(s.Stack, full(SinkPort), ipv4.ProtocolNumber)
+	sink, err := s.listenTCP(SinkPort)
 	if err != nil {
-		return fmt.Errorf("app: listen %d: %v", SinkPort, err)
+		return err
 	}
-	src, err := gonet.ListenTCP(s.Stack, full(SourcePort), ipv4.ProtocolNumber)
+	src, err := s.listenTCP(SourcePort)
 	if err != nil {
-		return fmt.Errorf("app: listen %d: %v", SourcePort, err)
+		return err
 	}
-	web, err := gonet.ListenTCP(s.Stack, full(HTTPPort), ipv4.ProtocolNumber)
+	web, err := s.listenTCP(HTTPPort)
 	if err != nil {
-		return fmt.Errorf("app: listen %d: %v", HTTPPort, err)
+		return err
 	}
-	udp, err := gonet.DialUDP(s.Stack, &tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: EchoPort}, nil, ipv4.ProtocolNumber)
+	udp, err := s.listenUDP(EchoPort)
 	if err != nil {
-		return fmt.Errorf("app: udp %d: %v", EchoPort, err)
+		return err
 	}
 	if _, err := s.StartIperf3(); err != nil {
 		return err

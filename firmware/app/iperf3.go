@@ -3,10 +3,6 @@ package app
 import (
 	"fmt"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-
 	"github.com/tamanic/tamanic/iperf3"
 )
 
@@ -19,15 +15,14 @@ const IperfPort = 5201
 // own: wall-clock time minus Controls.IdleNanoseconds over the test, all
 // of it reported as user time (bare metal has no user/kernel split).
 func (s *Server) StartIperf3() (*iperf3.Server, error) {
-	addr := tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: IperfPort}
-	l, err := gonet.ListenTCP(s.Stack, addr, ipv4.ProtocolNumber)
+	l, err := s.listenTCP(IperfPort)
 	if err != nil {
-		return nil, fmt.Errorf("app: iperf3 listen TCP %d: %v", IperfPort, err)
+		return nil, fmt.Errorf("app: iperf3: %w", err)
 	}
-	u, err := gonet.DialUDP(s.Stack, &addr, nil, ipv4.ProtocolNumber)
+	u, err := s.listenUDP(IperfPort)
 	if err != nil {
 		l.Close()
-		return nil, fmt.Errorf("app: iperf3 bind UDP %d: %v", IperfPort, err)
+		return nil, fmt.Errorf("app: iperf3: %w", err)
 	}
 	srv := iperf3.NewServer(l, u, iperf3.Config{
 		CPU: iperf3.IdleCPU{Boot: s.Boot, Idle: s.Ctl.IdleNanoseconds},

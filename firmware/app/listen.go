@@ -1,0 +1,61 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// endpoint creates an IPv4 endpoint of proto bound to port on the server's
+// NIC: the socket is bound to that device (SO_BINDTODEVICE), so every
+// interface of a stack runs its own services on the same ports, and to
+// s.Addr, which may be unspecified (any address the NIC has, so a new DHCP
+// lease needs no rebind). A NIC in a FullAddress alone does not reserve
+// the port per device: a wildcard bind on one NIC would collide with any
+// other NIC's bind of the same port.
+func (s *Server) endpoint(proto tcpip.TransportProtocolNumber, port uint16) (tcpip.Endpoint, *waiter.Queue, error) {
+	wq := new(waiter.Queue)
+	ep, terr := s.Stack.NewEndpoint(proto, ipv4.ProtocolNumber, wq)
+	if terr != nil {
+		return nil, nil, errors.New(terr.String())
+	}
+	if s.NIC != 0 {
+		if terr := ep.SocketOptions().SetBindToDevice(int32(s.NIC)); terr != nil {
+			ep.Close()
+			return nil, nil, fmt.Errorf("bind to NIC %d: %s", s.NIC, terr)
+		}
+	}
+	if terr := ep.Bind(tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: port}); terr != nil {
+		ep.Close()
+		return nil, nil, fmt.Errorf("bind %v:%d on NIC %d: %s", s.Addr, port, s.NIC, terr)
+	}
+	return ep, wq, nil
+}
+
+// listenTCP listens on TCP port of the server's NIC (see endpoint).
+func (s *Server) listenTCP(port uint16) (*gonet.TCPListener, error) {
+	ep, wq, err := s.endpoint(tcp.ProtocolNumber, port)
+	if err != nil {
+		return nil, fmt.Errorf("app: listen TCP %d: %w", port, err)
+	}
+	if terr := ep.Listen(4096); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("app: listen TCP %d: %s", port, terr)
+	}
+	return gonet.NewTCPListener(s.Stack, wq, ep), nil
+}
+
+// listenUDP binds UDP port of the server's NIC (see endpoint).
+func (s *Server) listenUDP(port uint16) (*gonet.UDPConn, error) {
+	ep, wq, err := s.endpoint(udp.ProtocolNumber, port)
+	if err != nil {
+		return nil, fmt.Errorf("app: bind UDP %d: %w", port, err)
+	}
+	return gonet.NewUDPConn(wq, ep), nil
+}
