@@ -11,6 +11,10 @@ BOARD     ?= mx6ullevk
 TAMAGO    = $$($(GO) tool -n tamago)
 TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
 TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
+# Per board: the text address (DDR start + 64 KiB; the i.MX6Q's DDR is at
+# 0x10000000) and the DCD TamaGo ships for it, if any.
+LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
+DCD       = $(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
 test: fmt vet race cover cross
@@ -46,8 +50,8 @@ cross:
 ## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage)
 firmware:
 	@mkdir -p build
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T 0x80010000 -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
-	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T $(LINKADDR) -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
 	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi

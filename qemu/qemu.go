@@ -51,6 +51,30 @@ func Missing() string {
 var Boards = map[string][]string{
 	"mx6ullevk": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M"},
 	"mcimx7d":   {"-machine", "mcimx7d-sabre", "-cpu", "cortex-a7", "-m", "1G"},
+	// The SABRE Lite's console is UART2: QEMU gives the n-th -serial to
+	// UARTn, so UART1 is discarded and the stdio -serial that Boot adds
+	// lands on UART2.
+	"sabrelite": {"-machine", "sabrelite", "-cpu", "cortex-a9", "-m", "1G", "-serial", "null"},
+	// The USB armory Mk II LAN uses ENET2: QEMU 7.2's i.MX6UL gives the
+	// n-th -nic to ENETn (hw/arm/fsl-imx6ul.c, nd_table[i] for eth[i]),
+	// so ENET1 gets an isolated (restrict=on) user network and the -nic
+	// that Boot adds lands on ENET2.
+	"usbarmory": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M",
+		"-nic", "user,model=imx.enet,restrict=on,net=192.168.254.0/24"},
+}
+
+// LinkAddress is the firmware's text address per board (default
+// 0x80010000): where the board's DDR starts, plus 64 KiB for TamaGo's
+// vector table and page tables. The i.MX6Q's DDR starts at 0x1000_0000.
+var LinkAddress = map[string]string{"sabrelite": "0x10010000"}
+
+// linkFlags returns the -ldflags of board's firmware.
+func linkFlags(board string) string {
+	a, ok := LinkAddress[board]
+	if !ok {
+		a = "0x80010000"
+	}
+	return "-T " + a + " -R 0x1000"
 }
 
 // Build compiles the firmware for board (see Boards) into dir and returns
@@ -62,7 +86,7 @@ func Build(ctx context.Context, root, dir, board string) (string, error) {
 	}
 	elf := filepath.Join(dir, "tamanic-"+board+".elf")
 	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
-		"-ldflags", "-T 0x80010000 -R 0x1000", "-o", elf, "./firmware/"+board)
+		"-ldflags", linkFlags(board), "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
 	if out, err := cmd.CombinedOutput(); err != nil {
