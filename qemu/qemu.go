@@ -55,11 +55,12 @@ var Boards = map[string][]string{
 	// UARTn, so UART1 is discarded and the stdio -serial that Boot adds
 	// lands on UART2.
 	"sabrelite": {"-machine", "sabrelite", "-cpu", "cortex-a9", "-m", "1G", "-serial", "null"},
-	// The USB armory Mk II LAN uses ENET2: QEMU 7.2's i.MX6UL gives the
-	// n-th -nic to ENETn (hw/arm/fsl-imx6ul.c, nd_table[i] for eth[i]),
-	// so ENET1 gets an isolated (restrict=on) user network and the -nic
-	// that Boot adds lands on ENET2.
-	"usbarmory": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M",
+	// The USB armory Mk II LAN uses ENET2 and UART2: QEMU 7.2's i.MX6UL
+	// gives the n-th -nic to ENETn (hw/arm/fsl-imx6ul.c, nd_table[i] for
+	// eth[i]) and the n-th -serial to UARTn, so ENET1 gets an isolated
+	// (restrict=on) user network, UART1 is discarded, and the -nic and
+	// -serial that Boot adds land on ENET2 and UART2.
+	"usbarmory": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M", "-serial", "null",
 		"-nic", "user,model=imx.enet,restrict=on,net=192.168.254.0/24"},
 }
 

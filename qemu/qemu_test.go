@@ -68,6 +68,9 @@ var boards = []struct {
 	{"mx6ullevk", nil},
 	{"mcimx7d", []string{"e1000e,bus=dw-pcie"}},
 	{"sabrelite", nil},
+	// The USB armory's network is ENET2: ENET1 is on an isolated user
+	// network, so the transfers pass only through ENET2.
+	{"usbarmory", nil},
 }
 
 // TestFirmwareEndToEnd runs the same transfers on every board's firmware.
@@ -94,6 +97,10 @@ func endToEnd(t *testing.T, board string, devices []string) {
 		checkE1000e(t, m)
 	case "sabrelite":
 		checkSabreLite(t, m)
+	case "usbarmory":
+		if !strings.Contains(m.Console(), "BOARD model=emulated enet=2") {
+			t.Errorf("console has no BOARD line for ENET2:\n%s", m.Console())
+		}
 	}
 	const n = 16 << 20
 	for _, mode := range []string{"bounce", "sg", "tso"} {
