@@ -27,9 +27,6 @@ const (
 	GlobalTimerIRQ = 27
 )
 
-// gtShift is the fixed-point shift of the tick-to-nanosecond factor.
-const gtShift = 24
-
 // GlobalTimer is the Cortex-A9 global timer: a 64-bit up-counter shared
 // by the cores, clocked by PERIPHCLK/(prescaler+1), with a comparator and
 // interrupt banked per core. It is the board's clock (the A9 has no
@@ -38,15 +35,24 @@ type GlobalTimer struct {
 	Regs mmio.Regs
 	// Hz is the counter frequency.
 	Hz uint64
-	// mult is 1e9/Hz in 40.24 fixed point.
-	mult uint64
-	wfi  func()
+	// 1e9/Hz in 64.64 fixed point, the fraction rounded up: exact to
+	// the nanosecond over years (a 40.24 factor drifted 6 µs an hour at
+	// 396 MHz).
+	multInt, multFrac uint64
+	wfi               func()
 }
 
 // NewGlobalTimer returns the timer at regs counting at hz; wfi waits for
 // an interrupt. It starts the counter (prescaler 0) if nothing has.
 func NewGlobalTimer(regs mmio.Regs, hz uint64, wfi func()) *GlobalTimer {
-	t := &GlobalTimer{Regs: regs, Hz: hz, mult: (uint64(1e9) << gtShift) / hz, wfi: wfi}
+	t := &GlobalTimer{Regs: regs, Hz: hz, multInt: 1e9 / hz, wfi: wfi}
+	if r := uint64(1e9) % hz; r != 0 {
+		q, rem := bits.Div64(r, 0, hz)
+		if rem != 0 {
+			q++
+		}
+		t.multFrac = q
+	}
 	if c := regs.Read32(GT_CONTROL); c&GT_CONTROL_TIMER_EN == 0 {
 		regs.Write32(GT_CONTROL, GT_CONTROL_TIMER_EN)
 	}
@@ -67,8 +73,8 @@ func (t *GlobalTimer) Counter() uint64 {
 
 // ticksToNs converts a count to nanoseconds.
 func (t *GlobalTimer) ticksToNs(c uint64) int64 {
-	hi, lo := bits.Mul64(c, t.mult)
-	return int64(hi<<(64-gtShift) | lo>>gtShift)
+	hi, _ := bits.Mul64(c, t.multFrac)
+	return int64(c*t.multInt + hi)
 }
 
 // nsToTicks converts nanoseconds (non-negative) to a count, rounding up.
