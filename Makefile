@@ -72,10 +72,20 @@ fuzz:
 ## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile), all in build/bench/report.md
 BENCHSIZE  ?= 33554432
 BENCHCOUNT ?= 6
+# make bench runs every board (build/bench-BOARD/, the mx6ullevk in
+# build/bench/) and puts them side by side in build/bench/boards.md;
+# make bench BOARD=x runs one.
+ALLBOARDS   := mx6ullevk mcimx7d sabrelite usbarmory
+BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),$(ALLBOARDS))
 bench: bench-host bench-qemu
 
 bench-qemu:
-	$(GO) run ./qemu/cmd/tamanic-bench -board $(BOARD) -size $(BENCHSIZE) -runs 3 -o build/bench$(if $(filter-out mx6ullevk,$(BOARD)),-$(BOARD)) $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
+	@for b in $(BENCHBOARDS); do \
+	  $(GO) run ./qemu/cmd/tamanic-bench -board $$b -size $(BENCHSIZE) -runs 3 -o build/bench$$([ $$b = mx6ullevk ] || echo -$$b) \
+	    $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt) || exit 1; \
+	done
+	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \
+	  $(foreach b,$(BENCHBOARDS),$(b)=build/bench$(if $(filter-out mx6ullevk,$(b)),-$(b)))
 
 bench-host:
 	@mkdir -p build/bench
