@@ -34,6 +34,10 @@ type boardState struct {
 	PHYID    uint32 `json:"phy_id"`
 	Link     string `json:"link"`
 	PHYError string `json:"phy_error,omitempty"`
+	// Caps and Quirks are the ENET integration the driver runs with.
+	Caps    string `json:"caps"`
+	Quirks  string `json:"quirks"`
+	TxAlign int    `json:"tx_align"`
 }
 
 func main() {
@@ -45,7 +49,8 @@ func main() {
 			if err != nil {
 				return nil, err
 			}
-			st = boardState{L2: sabrelite.L2(), TimerHz: sabrelite.Timer.Hz, PHYID: phy.ID, Link: n.Link().String()}
+			st = boardState{L2: sabrelite.L2(), TimerHz: sabrelite.Timer.Hz, PHYID: phy.ID, Link: n.Link().String(),
+				Caps: n.Caps().Name, Quirks: n.Caps().Quirks.String(), TxAlign: n.Caps().TxAlign}
 			if phy.Error != nil {
 				st.PHYError = phy.Error.Error()
 			}
