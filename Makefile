@@ -1,7 +1,7 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...
 FUZZTIME  ?= 30s
 
 .PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
@@ -31,26 +31,28 @@ unit:
 race:
 	$(GO) test -race -p 1 -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie, e1000e must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > build/cover-test.log 2>&1 \
 	  || { grep -v '^ok\|no test files' build/cover-test.log | tail -80; exit 1; }
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie e1000e
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM;
 ## the packages without privileged instructions (checksum assembly included) also run under qemu-arm
 cross:
-	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/...
+	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/... ./e1000e/...
 	@if command -v qemu-arm >/dev/null 2>&1; then \
 	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/..."; \
 	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
 	else echo "cross: SKIP ARM test run: qemu-arm (Debian package qemu-user) not installed"; fi
 
-## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage)
+## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage).
+## CONTROL_TOKEN=secret opens POST /mode to "Authorization: Bearer secret"; without it the control port is closed.
+CONTROL_TOKEN ?=
 firmware:
 	@mkdir -p build
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T $(LINKADDR) -R 0x1000" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "-T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X github.com/tamanic/tamanic/firmware/app.BuildControlToken=$(CONTROL_TOKEN))" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
@@ -58,7 +60,7 @@ firmware:
 
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:
-	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-device e1000e$(,)bus=dw-pcie)
+	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-e1000e)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:

@@ -28,11 +28,6 @@ const (
 	// QuirkClearSetupMII: write MMFR=0 before the first MSCR write or a
 	// spurious MII event may be raised.
 	QuirkClearSetupMII
-	// QuirkERR006358 (i.MX6Q/DL): the uDMA may clear TDAR after software
-	// queued new descriptors and set it again, stranding them. Workaround:
-	// on every reclaim pass, if descriptors are still ready and TDAR reads
-	// 0, write TDAR again.
-	QuirkERR006358
 	// QuirkERR007885 (i.MX6SX, 6UL/ULL, 7D): writing TDAR in the cycles in
 	// which the uDMA clears it can hang the TX state machine. Workaround:
 	// read TDAR up to four times and write it only if a read returns 0.
@@ -40,7 +35,7 @@ const (
 )
 
 var quirkNames = []string{"enhanced-bd", "csum", "gbit", "racc", "coalesce", "multi-queue",
-	"clear-setup-mii", "ERR006358", "ERR007885"}
+	"clear-setup-mii", "ERR007885"}
 
 func (q Quirk) String() string {
 	var s []string
@@ -87,6 +82,13 @@ const (
 	IMX7D
 )
 
+func (s SoC) String() string {
+	if c, err := CapsFor(s); err == nil {
+		return c.Name
+	}
+	return fmt.Sprintf("SoC(%d)", int(s))
+}
+
 // CapsFor returns the capability table entry of soc.
 func CapsFor(soc SoC) (Caps, error) {
 	common := QuirkEnhancedBD | QuirkCsum | QuirkRACC | QuirkClearSetupMII
@@ -100,7 +102,7 @@ func CapsFor(soc SoC) (Caps, error) {
 		return Caps{Name: name, Quirks: common | QuirkCoalesce | QuirkERR007885,
 			TxAlign: 16, RxAlign: 64, RingAlign: 64, MaxFrame: 1984, Has100Only: true}, nil
 	case IMX6Q:
-		return Caps{Name: "i.MX6Q/DL", Quirks: common | QuirkGbit | QuirkERR006358,
+		return Caps{Name: "i.MX6Q/DL", Quirks: common | QuirkGbit,
 			TxAlign: 16, RxAlign: 64, RingAlign: 64, MaxFrame: 1984}, nil
 	case IMX6SX, IMX7D:
 		name := "i.MX6SX"

@@ -24,7 +24,7 @@ const (
 	dwLenStatus = 0  // [15:0] length, [31:16] status
 	dwAddr      = 4  // buffer address
 	dwExt0      = 8  // TX: [15:0] error status, [31:16] control; RX: [15:0] status, [31:16] control
-	dwExt1      = 12 // RX: [15:0] payload checksum, [23:16] header length, [31:24] protocol
+	dwExt1      = 12 // RX: [15:0] payload checksum, [23:16] protocol type, [31:27] IP+L4 header length in 32-bit words
 	dwExt2      = 16 // bit 31 BDU
 )
 
@@ -112,18 +112,30 @@ func (s RxStatus) String() string {
 
 // Enhanced RX extended word (dwExt0): status low, control high.
 const (
-	RXE_ME   = 1 << 31 // MAC error
-	RXE_PE   = 1 << 26 // PHY error
-	RXE_CE   = 1 << 25 // collision
-	RXE_UC   = 1 << 24 // unicast
-	RXE_INT  = 1 << 23 // raise RXB/RXF for this descriptor
-	RXE_ICE  = 1 << 5  // IP header checksum error
-	RXE_PCR  = 1 << 4  // protocol (TCP/UDP) checksum error
+	RXE_ME  = 1 << 31 // MAC error
+	RXE_PE  = 1 << 26 // PHY error
+	RXE_CE  = 1 << 25 // collision
+	RXE_UC  = 1 << 24 // unicast
+	RXE_INT = 1 << 23 // raise RXB/RXF for this descriptor
+	// ICE: IP header checksum error, also set for a frame that is not IP
+	// and for an IP datagram with under 3 bytes of payload. PCR: protocol
+	// checksum error, also set when the protocol is one the accelerator
+	// cannot check. Both mean "not verified", never "corrupt".
+	RXE_ICE  = 1 << 5
+	RXE_PCR  = 1 << 4
 	RXE_VLAN = 1 << 2
 	RXE_IPV6 = 1 << 1
 	RXE_FRAG = 1 << 0 // IPv4 fragment
 
 	rxeErrMask = RXE_ME | RXE_PE | RXE_CE
+)
+
+// Enhanced RX word dwExt1 fields (Table 22-35, IMX6ULLRM; the manual lists
+// them big-endian at +0x0C/+0x0E, DBSWP puts them in this word).
+const (
+	RXE1_PROTO_SHIFT = 16     // protocol type, 8 bits (the IP protocol number)
+	RXE1_HLEN_SHIFT  = 27     // IP+L4 header length in 32-bit words, 5 bits; 0: not IP
+	RXE1_CSUM_MASK   = 0xFFFF // payload checksum
 )
 
 // ring is a descriptor ring in coherent memory.

@@ -6,9 +6,10 @@
 // bounce buffers or two-descriptor header alignment, switchable at run
 // time), hardware IPv4/TCP/UDP checksum insertion and RX checksum verdicts,
 // RX copybreak with zero-copy hand-off of large frames, MIB counters, MDIO
-// with timeouts and clause-22 PHY autonegotiation, unicast/multicast
-// filtering, interrupt-driven or polled operation, and the ERR006358 and
-// ERR007885 workarounds.
+// with timeouts, clause-22 PHY autonegotiation and link watching (StartLink,
+// PollLink, WatchLink: the MAC follows every change of speed and duplex),
+// unicast/multicast filtering, interrupt-driven or polled operation, and the
+// ERR006358 (on every SoC, as Linux) and ERR007885 workarounds.
 //
 // The driver reaches hardware only through mmio.Regs and dma.Memory, so it
 // runs unchanged against the device model in package fectest.

@@ -144,7 +144,7 @@ func TestTransmitGSOBackPressureAndErrors(t *testing.T) {
 	if got := len(tp.take()); got != (n-1)*14 {
 		t.Fatalf("%d segments on the wire for %d packets", got, n-1)
 	}
-	if err := r.NIC.TransmitGSO(small, [][]byte{spay}, tso.Options{Type: tso.TCP, MSS: 20}, nil); !errors.Is(err, tso.ErrMSS) {
+	if err := r.NIC.TransmitGSO(small, [][]byte{spay}, tso.Options{Type: tso.TCP, MSS: tso.MinTCPMSS - 1}, nil); !errors.Is(err, tso.ErrMSS) {
 		t.Fatalf("tiny MSS: %v", err)
 	}
 	if err := r.NIC.TransmitGSO(small, [][]byte{spay}, tso.Options{Type: tso.TCP, MSS: 9000}, nil); !errors.Is(err, fec.ErrFrameTooLong) {

@@ -46,6 +46,7 @@ const (
 	MII_PHYID2 = 3
 	MII_ANAR   = 4
 	MII_ANLPAR = 5
+	MII_ANER   = 6  // autonegotiation expansion
 	MII_GBCR   = 9  // 1000BASE-T control
 	MII_GBSR   = 10 // 1000BASE-T status
 
@@ -55,7 +56,9 @@ const (
 	BMCR_ANRESTART = 1 << 9
 	BMCR_FULLDPLX  = 1 << 8
 	BMCR_SPEED1000 = 1 << 6
+	BMSR_ESTATEN   = 1 << 8 // 1000BASE-T registers (9, 10) present
 	BMSR_ANEGDONE  = 1 << 5
+	ANER_LPANABLE  = 1 << 0 // the partner autonegotiates (else: parallel detection)
 	BMSR_LSTATUS   = 1 << 2
 	ADV_100FULL    = 1 << 8
 	ADV_100HALF    = 1 << 7
@@ -125,7 +128,7 @@ func (n *NIC) FindPHY(addrs ...int) (*PHY, error) {
 			return &PHY{NIC: n, Addr: a}, nil
 		}
 	}
-	return nil, fmt.Errorf("fec: no PHY answers at addresses %v", addrs)
+	return nil, fmt.Errorf("%w at addresses %v", ErrNoPHY, addrs)
 }
 
 // ID returns the 32-bit PHY identifier.
@@ -151,39 +154,63 @@ func (p *PHY) Reset(timeout time.Duration) error {
 
 // Autonegotiate advertises every mode the MAC supports, restarts
 // autonegotiation, waits up to timeout for it to complete and returns the
-// resolved link.
+// resolved link. A gigabit-capable PHY (BMSR.ESTATEN) on a MAC or interface
+// without gigabit gets its 1000BASE-T advertisement cleared. A partner
+// that does not autonegotiate (ANER.LP_AN_ABLE clear) was found by parallel
+// detection: the link is half duplex (IEEE 802.3 28.2.3.1).
 func (p *PHY) Autonegotiate(timeout time.Duration) (Link, error) {
 	n := p.NIC
 	gbit := n.cfg.Caps.Has(QuirkGbit) && n.cfg.Interface == RGMII
 	if err := n.MDIOWrite(p.Addr, MII_ANAR, ADV_100FULL|ADV_100HALF|ADV_10FULL|ADV_10HALF|1); err != nil {
 		return Link{}, err
 	}
-	if gbit {
-		if err := n.MDIOWrite(p.Addr, MII_GBCR, GBCR_1000FULL); err != nil {
+	bmsr, err := n.MDIORead(p.Addr, MII_BMSR)
+	if err != nil {
+		return Link{}, err
+	}
+	hasGbit := bmsr&BMSR_ESTATEN != 0
+	if hasGbit {
+		var gbcr uint16
+		if gbit {
+			gbcr = GBCR_1000FULL
+		}
+		if err := n.MDIOWrite(p.Addr, MII_GBCR, gbcr); err != nil {
 			return Link{}, err
 		}
 	}
 	if err := n.MDIOWrite(p.Addr, MII_BMCR, BMCR_ANENABLE|BMCR_ANRESTART); err != nil {
 		return Link{}, err
 	}
-	err := p.wait(timeout, "autonegotiation", func() (bool, error) {
+	err = p.wait(timeout, "autonegotiation", func() (bool, error) {
 		v, err := n.MDIORead(p.Addr, MII_BMSR)
 		return v&BMSR_ANEGDONE != 0, err
 	})
 	if err != nil {
 		return Link{}, err
 	}
+	return p.resolve(gbit && hasGbit)
+}
+
+// resolve reads the negotiated abilities and resolves the link.
+func (p *PHY) resolve(gbit bool) (Link, error) {
+	n := p.NIC
 	regs := map[int]uint16{}
-	read := []int{MII_BMSR, MII_ANAR, MII_ANLPAR}
+	read := []int{MII_BMSR, MII_BMSR, MII_ANAR, MII_ANLPAR, MII_ANER} // BMSR twice: link status latches low
 	if gbit {
 		read = append(read, MII_GBCR, MII_GBSR)
 	}
 	for _, r := range read {
-		if regs[r], err = n.MDIORead(p.Addr, r); err != nil {
+		v, err := n.MDIORead(p.Addr, r)
+		if err != nil {
 			return Link{}, err
 		}
+		regs[r] = v
 	}
-	return ResolveLink(regs[MII_BMSR], regs[MII_ANAR], regs[MII_ANLPAR], regs[MII_GBCR], regs[MII_GBSR], gbit), nil
+	l := ResolveLink(regs[MII_BMSR], regs[MII_ANAR], regs[MII_ANLPAR], regs[MII_GBCR], regs[MII_GBSR], gbit)
+	if regs[MII_ANER]&ANER_LPANABLE == 0 {
+		l.FullDuplex = false
+	}
+	return l, nil
 }
 
 func (p *PHY) wait(timeout time.Duration, what string, done func() (bool, error)) error {

@@ -57,8 +57,10 @@ type Config struct {
 	// LegacyBD forces 8-byte legacy descriptors (no checksum offload, no
 	// SHIFT16). Forced on when Caps lack QuirkEnhancedBD.
 	LegacyBD bool
-	// IPGClock is the ENET module clock in Hz for the MDC divider (default
-	// 66 MHz, the i.MX6UL IPG clock).
+	// IPGClock is the ENET module clock (ipg_clk) in Hz from which MDC is
+	// divided (default 66 MHz, the i.MX6UL IPG clock). A board whose clock
+	// differs must set it, or MDC leaves the 2.5 MHz IEEE 802.3 clause 22
+	// limit; New rejects a clock the 6-bit MII_SPEED cannot divide down.
 	IPGClock uint32
 	// MDIOTimeout bounds one MDIO transaction (default 30 ms, as Linux).
 	MDIOTimeout time.Duration
@@ -88,6 +90,7 @@ var (
 	ErrClosed       = errors.New("fec: NIC closed")
 	ErrReleased     = errors.New("fec: packet released twice")
 	ErrNot32Bit     = errors.New("fec: DMA address above 4 GiB")
+	ErrNoPHY        = errors.New("fec: no PHY answers")
 )
 
 // NIC is one ENET instance. It is safe for concurrent use: TX and RX take
@@ -139,6 +142,9 @@ func New(cfg Config) (*NIC, error) {
 	}
 	if cfg.MDIOTimeout == 0 {
 		cfg.MDIOTimeout = 30 * time.Millisecond
+	}
+	if (cfg.IPGClock+5_000_000-1)/5_000_000-1 > 63 {
+		return nil, fmt.Errorf("fec: IPG clock %d Hz: MDC cannot be divided down to 2.5 MHz (MII_SPEED is 6 bits)", cfg.IPGClock)
 	}
 	if cfg.MaxFrame > cfg.Caps.MaxFrame || cfg.MaxFrame < 64 {
 		return nil, fmt.Errorf("fec: MaxFrame %d outside 64..%d for %s", cfg.MaxFrame, cfg.Caps.MaxFrame, cfg.Caps.Name)
@@ -257,11 +263,28 @@ func (n *NIC) restartRingsLocked() *[]txDone {
 	}
 	r.Write32(ENETx_TCR, tcr)
 	// 7. MDC: MII_SPEED = ceil(ipg / 5 MHz) - 1 (2.5 MHz MDC), HOLDTIME =
-	// ceil(ipg / 100 MHz) - 1.
-	if n.cfg.Caps.Has(QuirkClearSetupMII) {
-		r.Write32(ENETx_MMFR, 0)
+	// ceil(ipg / 100 MHz) - 1. Written only when it does not already hold
+	// that value (a reset may clear it; ECR=0 on the multi-queue parts does
+	// not), and MMFR is cleared first only then: writing MMFR while MSCR is
+	// non-zero starts an MDIO frame, and writing MSCR from zero while MMFR
+	// is non-zero raises a spurious MII event (Linux fec_enet_mii_init,
+	// FEC_QUIRK_CLEAR_SETUP_MII).
+	if want := n.mscr(); r.Read32(ENETx_MSCR) != want {
+		if n.cfg.Caps.Has(QuirkClearSetupMII) && r.Read32(ENETx_MSCR)&0xFF == 0 {
+			r.Write32(ENETx_MMFR, 0)
+		}
+		r.Write32(ENETx_MSCR, want)
 	}
-	r.Write32(ENETx_MSCR, n.mscr())
+	// 7a. ECR=0 on the multi-queue parts resets nothing: clear what a boot
+	// loader or an earlier driver may have left that changes ring 0's
+	// behaviour (TX accelerator, interrupt coalescing, classification of
+	// frames to rings 1/2 and their DMA classes).
+	if n.cfg.Caps.Has(QuirkMultiQueue) {
+		for _, reg := range []uint32{ENETx_TACC, ENETx_TXIC0, ENETx_TXIC1, ENETx_TXIC2, ENETx_RXIC0,
+			ENETx_RXIC1, ENETx_RXIC2, ENETx_RCMR1, ENETx_RCMR2, ENETx_DMA1CFG, ENETx_DMA2CFG} {
+			r.Write32(reg, 0)
+		}
+	}
 	// 8. RX accelerator and truncation length.
 	if n.cfg.Caps.Has(QuirkRACC) {
 		var racc uint32
@@ -306,7 +329,6 @@ func (n *NIC) restartRingsLocked() *[]txDone {
 func (n *NIC) mscr() uint32 {
 	ipg := n.cfg.IPGClock
 	speed := (ipg+5_000_000-1)/5_000_000 - 1
-	speed = min(speed, 63)
 	hold := (ipg+100_000_000-1)/100_000_000 - 1
 	return speed<<MSCR_SPEED | hold<<MSCR_HOLD
 }
@@ -316,11 +338,12 @@ func (n *NIC) rcr() uint32 {
 	switch n.cfg.Interface {
 	case RMII:
 		rcr |= RCR_RMII_MODE
-		if n.link.Speed == 10 {
-			rcr |= RCR_RMII_10T
-		}
 	case RGMII:
 		rcr |= RCR_RGMII_EN
+	}
+	// 10 Mb/s on every interface, RGMII included (Linux fec_restart).
+	if n.link.Speed == 10 {
+		rcr |= RCR_RMII_10T
 	}
 	if !n.link.FullDuplex {
 		rcr |= RCR_DRT

@@ -18,8 +18,12 @@ const (
 	ENETx_PALR  = 0x0E4 // Physical Address Lower Register
 	ENETx_PAUR  = 0x0E8 // Physical Address Upper Register
 	ENETx_OPD   = 0x0EC // Opcode/Pause Duration Register
-	ENETx_TXIC0 = 0x0F0 // Transmit Interrupt Coalescing Register
-	ENETx_RXIC0 = 0x100 // Receive Interrupt Coalescing Register
+	ENETx_TXIC0 = 0x0F0 // Transmit Interrupt Coalescing Register (ring 0)
+	ENETx_TXIC1 = 0x0F4 // ring 1 (multi-queue parts: IMX6SXRM, IMX7DRM)
+	ENETx_TXIC2 = 0x0F8 // ring 2
+	ENETx_RXIC0 = 0x100 // Receive Interrupt Coalescing Register (ring 0)
+	ENETx_RXIC1 = 0x104
+	ENETx_RXIC2 = 0x108
 	ENETx_IAUR  = 0x118 // Descriptor Individual Upper Address Register
 	ENETx_IALR  = 0x11C // Descriptor Individual Lower Address Register
 	ENETx_GAUR  = 0x120 // Descriptor Group Upper Address Register
@@ -39,6 +43,22 @@ const (
 	ENETx_FTRL  = 0x1B0 // Frame Truncation Length
 	ENETx_TACC  = 0x1C0 // Transmit Accelerator Function Configuration
 	ENETx_RACC  = 0x1C4 // Receive Accelerator Function Configuration
+	// Multi-queue parts only (i.MX6SX, i.MX7D; Linux fec.h FEC_RCMR_1..
+	// FEC_DMA_CFG_2): receive classification match for rings 1 and 2 and
+	// the DMA class (credit-based shaper) configuration of TX rings 1 and 2.
+	ENETx_RCMR1    = 0x1C8
+	ENETx_RCMR2    = 0x1CC
+	ENETx_DMA1CFG  = 0x1D8
+	ENETx_DMA2CFG  = 0x1DC
+	ENETx_RDAR1    = 0x1E0
+	ENETx_TDAR1    = 0x1E4
+	ENETx_RDAR2    = 0x1E8
+	ENETx_TDAR2    = 0x1EC
+	ENETx_QOS      = 0x1F0
+	RCMR_MATCHEN   = 1 << 16 // frames whose VLAN priority matches CMP0..3 go to the ring
+	DMACFG_CLASSEN = 1 << 16 // the TX ring is shaped by its IDLE_SLOPE
+	IC_ICEN        = 1 << 31 // TXICn/RXICn: coalescing enabled
+	IC_ICFT        = 20      // TXICn/RXICn: frame count threshold, 8 bits
 )
 
 // ENETx_EIR / ENETx_EIMR bits (p889, 22.5.1 and p891, 22.5.2, IMX6ULLRM).

@@ -67,12 +67,11 @@ const (
 	RxMACError
 	RxMultiBuffer
 	RxRunt
-	RxBadChecksum
 )
 
 var rxKindNames = map[RxErrorKind]string{RxCRC: "CRC error", RxOverrun: "FIFO overrun", RxTooLong: "frame too long",
 	RxTruncated: "truncated", RxNonOctet: "non-octet-aligned", RxMACError: "MAC/PHY error",
-	RxMultiBuffer: "frame spans buffers", RxRunt: "runt", RxBadChecksum: "bad checksum"}
+	RxMultiBuffer: "frame spans buffers", RxRunt: "runt"}
 
 func (k RxErrorKind) String() string { return rxKindNames[k] }
 
@@ -225,8 +224,7 @@ func (n *NIC) Copybreak() int {
 }
 
 // Receive returns the next received frame, or (nil, nil) when none is
-// waiting. A frame the driver drops (bad CRC, overrun, runt, bad checksum,
-// no buffer...) is counted and reported as an error (*FrameError, or one
+// waiting. A frame the driver drops (bad CRC, overrun, runt, no buffer...) is counted and reported as an error (*FrameError, or one
 // wrapping ErrNoRxBuffer); call Receive again for the next frame.
 func (n *NIC) Receive() (*Packet, error) {
 	r := &n.rx
@@ -240,6 +238,14 @@ func (n *NIC) Receive() (*Packet, error) {
 		ls := r.r.load(i, dwLenStatus)
 		st := RxStatus(ls >> 16)
 		if st&RX_E != 0 {
+			return nil, nil
+		}
+		// The uDMA may clear E before it has written the enhanced words
+		// (BDU, "last buffer descriptor update done", Table 22-35): until
+		// BDU is set the verdicts and error bits there are stale, so the
+		// frame is not complete yet. Its RXF follows the update.
+		if n.enhanced && st&RX_L != 0 && r.r.load(i, dwExt2)&BDU == 0 {
+			r.stats.BDUPending++
 			return nil, nil
 		}
 		length := int(ls & 0xFFFF)
@@ -296,10 +302,9 @@ func (n *NIC) Receive() (*Packet, error) {
 		synced := buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len()))
 		n.mem.SyncForCPU(synced, dma.FromDevice)
 		r.stats.Invalidated += uint64(synced.Len())
-		csum, bad := n.rxVerdict(e0, e1)
-		if bad {
-			n.mem.SyncForDevice(synced, dma.FromDevice)
-			return fe(RxBadChecksum)
+		csum, flagged := n.rxVerdict(e0, e1)
+		if flagged {
+			r.stats.CsumFlagged++
 		}
 		// Nothing to hand the frame up in: give the buffer back, count,
 		// say why.
@@ -348,23 +353,29 @@ func (n *NIC) Receive() (*Packet, error) {
 	}
 }
 
-// rxVerdict decodes the enhanced descriptor's checksum results. The MAC
-// writes a non-zero header length when it parsed an IP header; only then are
-// ICE and PCR meaningful. (QEMU never writes these fields, and the driver
-// clears them on refill, so under QEMU no checksum is claimed verified.)
-func (n *NIC) rxVerdict(e0, e1 uint32) (CsumInfo, bool) {
-	var c CsumInfo
-	if !n.CsumOffload() || (e1>>16)&0xFF == 0 {
+// rxVerdict decodes the enhanced descriptor's checksum results (Table 22-35,
+// IMX6ULLRM). The MAC writes a non-zero header length (bits 31:27 of the
+// word at +12) only for a frame it parsed as IP; the protocol sits in bits
+// 23:16. ICE and PCR mean "not verified": ICE is set for a non-IP frame and
+// for an IP datagram with under 3 bytes of payload as well as for a bad
+// header checksum, PCR for a protocol the MAC cannot check as well as for a
+// bad checksum. A flagged frame is therefore never dropped here: it is
+// delivered with nothing claimed verified and the stack checks it (Linux's
+// fec_enet_rx_queue likewise only withholds CHECKSUM_UNNECESSARY). flagged
+// reports an IP frame with ICE or PCR set, for the counters. (QEMU never
+// writes these fields, and the driver clears them on refill, so under QEMU
+// no checksum is claimed verified.)
+func (n *NIC) rxVerdict(e0, e1 uint32) (c CsumInfo, flagged bool) {
+	if !n.CsumOffload() || e1>>RXE1_HLEN_SHIFT == 0 {
 		return c, false
 	}
-	bad := false
+	bad := e0&(RXE_ICE|RXE_PCR) != 0
 	if e0&RXE_IPV6 == 0 {
 		c.IPv4 = e0&RXE_ICE == 0
-		bad = !c.IPv4
 	}
-	if proto := e1 >> 24; (proto == pkt.ProtoTCP || proto == pkt.ProtoUDP) && e0&RXE_FRAG == 0 {
-		c.L4 = e0&RXE_PCR == 0
-		bad = bad || !c.L4
+	proto := e1 >> RXE1_PROTO_SHIFT & 0xFF
+	if (proto == pkt.ProtoTCP || proto == pkt.ProtoUDP) && e0&RXE_FRAG == 0 && !bad {
+		c.L4 = true
 	}
 	return c, bad
 }

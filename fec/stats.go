@@ -34,9 +34,16 @@ type RxStats struct {
 	// Invalidated counts bytes invalidated in the data cache.
 	Invalidated uint64
 	// Dropped frames, by cause.
-	CRC, Overrun, TooLong, Truncated, NonOctet, MACError, MultiBuffer, Runt, BadChecksum, NoBuffer uint64
+	CRC, Overrun, TooLong, Truncated, NonOctet, MACError, MultiBuffer, Runt, NoBuffer uint64
+	// CsumFlagged counts IP frames delivered with ICE or PCR set: bad
+	// checksums, fragments, short or unknown payloads. They are not dropped;
+	// nothing is claimed verified and the stack checks them.
+	CsumFlagged uint64
 	// DoubleRelease counts Packet.Release calls on a released packet.
 	DoubleRelease uint64
+	// BDUPending counts polls that found a descriptor with E clear but BDU
+	// not yet set (the frame was taken on a later poll).
+	BDUPending uint64
 }
 
 func (s *RxStats) count(k RxErrorKind) {
@@ -57,18 +64,17 @@ func (s *RxStats) count(k RxErrorKind) {
 		s.MultiBuffer++
 	case RxRunt:
 		s.Runt++
-	case RxBadChecksum:
-		s.BadChecksum++
 	}
 }
 
 // Dropped returns the total of frames dropped on receive.
 func (s RxStats) Dropped() uint64 {
-	return s.CRC + s.Overrun + s.TooLong + s.Truncated + s.NonOctet + s.MACError + s.MultiBuffer + s.Runt + s.BadChecksum + s.NoBuffer
+	return s.CRC + s.Overrun + s.TooLong + s.Truncated + s.NonOctet + s.MACError + s.MultiBuffer + s.Runt + s.NoBuffer
 }
 
 type evStats struct {
-	busErrors, restarts, mdioTimeouts uint64
+	busErrors, restarts, mdioTimeouts  uint64
+	linkUps, linkDowns, linkUnresolved uint64
 }
 
 // Stats is a snapshot of all driver counters.
@@ -78,6 +84,12 @@ type Stats struct {
 	// BusErrors counts EBERR events; Restarts counts MAC restarts (init,
 	// link changes and bus-error recovery).
 	BusErrors, Restarts, MDIOTimeouts uint64
+	// Link is the link the MAC runs (Up false while the PHY reports none).
+	Link Link
+	// LinkUps and LinkDowns count link transitions seen by StartLink and
+	// PollLink (LinkDowns counts flaps); LinkUnresolved counts links the
+	// PHY reported up without a mode both ends advertise.
+	LinkUps, LinkDowns, LinkUnresolved uint64
 }
 
 // Stats returns a consistent snapshot of the counters.
@@ -90,7 +102,8 @@ func (n *NIC) Stats() Stats {
 	n.rx.mu.Lock()
 	rx := n.rx.stats
 	n.rx.mu.Unlock()
-	return Stats{Tx: tx, Rx: rx, BusErrors: n.ev.busErrors, Restarts: n.ev.restarts, MDIOTimeouts: n.ev.mdioTimeouts}
+	return Stats{Tx: tx, Rx: rx, BusErrors: n.ev.busErrors, Restarts: n.ev.restarts, MDIOTimeouts: n.ev.mdioTimeouts,
+		Link: n.link, LinkUps: n.ev.linkUps, LinkDowns: n.ev.linkDowns, LinkUnresolved: n.ev.linkUnresolved}
 }
 
 // MIB counter registers (22.5.36 onward, "MIB block counters", IMX6ULLRM).

@@ -397,6 +397,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		if TxStatus(ls>>16)&TX_R != 0 {
 			break
 		}
+		// R may clear before the error status and BDU are written (Table
+		// 22-37): wait for BDU before reading the frame's status.
+		if t.slots[i].last && n.enhanced && t.r.load(i, dwExt2)&BDU == 0 {
+			break
+		}
 		var err error
 		if t.slots[i].last && n.enhanced {
 			if e := t.r.load(i, dwExt0); e&TXE_TXE != 0 {
@@ -409,7 +414,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		c++
 	}
 	// ERR006358: descriptors still ready but TDAR fell to 0: kick again.
-	if t.inFlight > 0 && n.cfg.Caps.Has(QuirkERR006358) && n.regs.Read32(ENETx_TDAR) == 0 {
+	// Linux's fec_enet_tx_queue does this on every SoC, not only on the
+	// i.MX6Q/DL the erratum is filed for: a missed kick strands frames on
+	// any of them (the ERR007885 kick rule can skip a kick the uDMA then
+	// misses).
+	if t.inFlight > 0 && n.regs.Read32(ENETx_TDAR) == 0 {
 		n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
 		t.stats.Rekicks++
 	}

@@ -17,13 +17,24 @@ import (
 // Handed only the newest of k queued ACKs, the sender sends everything they
 // freed at once, as one GSO packet.
 //
-// What is never dropped: duplicate ACKs (the same acknowledgement number:
-// they signal loss), ACKs with SACK or any option but timestamps and
-// padding, ACKs with any flag but ACK (SYN, FIN, RST, URG, ECE, CWR, PSH),
-// ACKs carrying data, ACKs marked Congestion Experienced, fragments,
-// IPv4 options, IPv6 extension headers, VLAN-tagged frames, and any ACK
-// unless a later one of the same connection
-// in the batch acknowledges strictly more and has passed its checksums.
+// An ACK is dropped only when a later pure ACK of the same connection in
+// the batch acknowledges strictly more and has passed its checksums; never
+// in favour of one with the same acknowledgement number. So duplicate ACKs
+// of the highest acknowledgement in the batch, the ones that can still
+// report a missing segment, always reach the stack. Duplicate ACKs of a
+// lower number are dropped with the ACK they repeat: the later ACK shows
+// that the segment they report missing has arrived. Handed to the stack,
+// they could only start a spurious fast retransmit of it, or inflate the
+// congestion window during recovery (RFC 5681, 3.2) for segments that the
+// later ACK acknowledges anyway; without them the sender never sends more
+// than it would have, only the same data on the later ACK. Linux's CAKE
+// ACK filter uses the same eligibility rule: only an ACK that acknowledges
+// fewer cumulative bytes than a newer one of its flow may go.
+//
+// What is never dropped besides: ACKs with SACK or any option but
+// timestamps and padding, ACKs with any flag but ACK (SYN, FIN, RST, URG,
+// ECE, CWR, PSH), ACKs carrying data, ACKs marked Congestion Experienced,
+// fragments, IPv4 options, IPv6 extension headers, VLAN-tagged frames.
 
 // ackKey identifies a TCP connection in one direction.
 type ackKey struct {

@@ -164,6 +164,28 @@ func TestFilterACKsKeepsWhatTheStackNeeds(t *testing.T) {
 	}
 }
 
+// Duplicate ACKs of an acknowledgement that a later ACK in the batch
+// supersedes are dropped with it (the segment they report missing has
+// arrived); duplicates of the highest acknowledgement are all kept.
+func TestFilterACKsDropsOnlyDuplicatesOfASupersededACK(t *testing.T) {
+	ack := header.TCPFlagAck
+	acks := []uint32{100, 100, 100, 200, 200, 200}
+	frames := make([]Frame, len(acks))
+	for i, a := range acks {
+		frames[i] = &testFrame{b: ackFrame(seg{sport: 1, dport: 2, ack: a, flags: ack})}
+	}
+	slots := make([]ackSlot, len(frames))
+	e := &Endpoint{}
+	if n := filterACKs(frames, slots, e.ackTrusted); n != 3 {
+		t.Errorf("filtered %d, want 3", n)
+	}
+	for i := range frames {
+		if want := acks[i] == 100; slots[i].drop != want {
+			t.Errorf("ACK %d (ack %d): dropped %v, want %v", i, acks[i], slots[i].drop, want)
+		}
+	}
+}
+
 // FuzzClassifyACK: any frame is classified without panicking, and only a
 // frame that is really a pure ACK (flags exactly ACK, no payload) is ever
 // declared filterable.

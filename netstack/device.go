@@ -27,9 +27,12 @@ type DeviceInfo struct {
 	// MaxTxDescs is the most descriptors one frame may use; TxAlign the
 	// start alignment of TX buffers (informational).
 	MaxTxDescs, TxAlign int
-	// MaxGSOSegments is the most segments one GSO packet may become (the
-	// TX ring must hold them all at once).
-	MaxGSOSegments int
+	// MaxGSOSegments is the most segments one GSO packet may become, and
+	// MaxGSOViews the most payload views it may come in, for TransmitGSO to
+	// accept it on an empty ring (the TX ring must hold all its
+	// descriptors at once). The endpoint splits and gathers what gVisor
+	// hands over to stay within both.
+	MaxGSOSegments, MaxGSOViews int
 }
 
 // Frame is a received frame, valid until Release.
@@ -43,21 +46,42 @@ type Frame interface {
 }
 
 // Device is what the endpoint needs of a NIC.
+//
+// The transmit contract. Transmit and TransmitGSO either queue the whole
+// frame or packet, and then report it exactly once through the completion
+// callback (with a nil error, or the error the hardware or an abort
+// gave), or return an error, and then never report it: the caller still
+// owns the memory and the cookie. A returned error for which Full is true
+// means "not now": the ring lacks descriptors, and the same call succeeds
+// once completions free them (the endpoint reports ErrNoBufferSpace and
+// gVisor retries later). Any other error means "never": the packet is
+// malformed or beyond what the device can ever send (too long, too many
+// segments or views, headers it cannot parse, a closed device); the
+// endpoint drops it and counts it. The endpoint never hands TransmitGSO a
+// packet beyond MaxGSOSegments and MaxGSOViews, so for the packets gVisor
+// makes "never" does not happen. A GSO packet queued whole may still
+// complete with an error (segments cut short): one report, after its last
+// segment.
 type Device interface {
 	Info() DeviceInfo
-	// SetTxDone installs the completion callback: called once per frame or
-	// GSO packet with its cookie after the hardware is done with its memory.
+	// SetTxDone installs the completion callback: called once per queued
+	// frame or GSO packet with its cookie after the hardware is done with
+	// its memory, never for a call that returned an error.
 	SetTxDone(func(cookie any, err error))
-	// Transmit queues one frame given as fragments; csum asks for IPv4 and
+	// Transmit queues one frame given as fragments (any number: the
+	// device copies what it cannot gather); csum asks for IPv4 and
 	// TCP/UDP checksum insertion.
 	Transmit(frags [][]byte, csum bool, cookie any) error
-	// TransmitGSO segments and queues one large packet (hdr: L2-L4 headers).
+	// TransmitGSO segments and queues one large packet (hdr: L2-L4
+	// headers, read only during the call).
 	TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie any) error
 	// Full reports whether an error from Transmit/TransmitGSO means "ring
-	// full, try later" rather than a bad packet.
+	// full, try later" rather than a packet that can never be sent.
 	Full(err error) bool
 	// Receive returns the next frame, (nil, nil) when none waits, or an
-	// error for a frame the NIC dropped (already counted there).
+	// error: for a frame the NIC dropped (already counted there), or a
+	// device that cannot receive (closed); the endpoint ends the batch
+	// and backs off on any error.
 	Receive() (Frame, error)
 	// RxReady is signalled when frames may be waiting.
 	RxReady() <-chan struct{}

@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -51,12 +52,19 @@ type Options struct {
 type Stats struct {
 	TxPackets, TxGSOPackets, TxBytes uint64
 	TxRingFull, TxErrors             uint64 // refused; failed completions
-	RxPackets, RxBytes               uint64
+	// A host-GSO packet beyond the device's segment or view limits is sent
+	// in pieces: TxSplitPieces counts the pieces, TxGathered those whose
+	// views were gathered into one buffer, TxCutShort the packets whose
+	// remaining pieces were given up after waiting for descriptors.
+	TxSplitPieces, TxGathered, TxCutShort uint64
+	RxPackets, RxBytes                    uint64
 	// Dropped on receive: frames the NIC reported bad, frames too short
 	// for Ethernet, unknown EtherTypes (VLAN-tagged included), checksum
-	// failures found in software, and fragments of UDP datagrams whose
-	// checksum failed or that could not be verified (overlaps, evicted or
-	// timed out while incomplete).
+	// failures found in software (and, with RX offload advertised, IP
+	// frames too malformed to verify), and fragments of datagrams whose
+	// TCP or UDP checksum failed or that could not be verified (overlaps,
+	// a header chain past the first fragment, evicted or timed out while
+	// incomplete).
 	RxNICErrors, RxRunts, RxUnknownType, RxBadCsum, RxFragDrops uint64
 	// RxSoftCsum counts frames whose checksums the endpoint verified in
 	// software because the hardware had not.
@@ -78,9 +86,11 @@ type Endpoint struct {
 	dev  Device
 	info DeviceInfo
 	opts Options
-	addr tcpip.LinkAddress
 	mtu  atomic.Uint32
-	tso  atomic.Bool
+
+	addrMu sync.RWMutex
+	addr   tcpip.LinkAddress // guarded by addrMu
+	tso    atomic.Bool
 
 	mu         sync.Mutex
 	dispatcher stack.NetworkDispatcher
@@ -89,8 +99,9 @@ type Endpoint struct {
 	exited     chan struct{} // closed when the latest receive goroutine returns
 	wg         sync.WaitGroup
 
-	txMu  sync.Mutex
-	frags [][]byte // scratch for walking a packet's views
+	txMu   sync.Mutex
+	frags  [][]byte      // scratch for walking a packet's views
+	txKick chan struct{} // signalled by every TX completion
 
 	gro  gro.GRO // receive goroutine only
 	frag fragCheck
@@ -119,7 +130,8 @@ func New(o Options) (*Endpoint, error) {
 	if info.MaxFrame < 60+header.EthernetMinimumSize {
 		return nil, fmt.Errorf("netstack: device max frame %d too small", info.MaxFrame)
 	}
-	e := &Endpoint{dev: o.Device, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:])}
+	e := &Endpoint{dev: o.Device, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:]),
+		txKick: make(chan struct{}, 1)}
 	// Room for one VLAN tag: a 1518-byte frame carries a 1500-byte MTU.
 	e.mtu.Store(uint32(info.MaxFrame - header.EthernetMinimumSize - 4))
 	if info.Segmentation && info.MaxGSOSegments*minMSS < 161+minMSS {
@@ -179,12 +191,23 @@ func (e *Endpoint) SetMTU(mtu uint32) {
 func (e *Endpoint) MaxHeaderLength() uint16 { return header.EthernetMinimumSize }
 
 // LinkAddress implements stack.LinkEndpoint.
-func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return e.addr }
+func (e *Endpoint) LinkAddress() tcpip.LinkAddress {
+	e.addrMu.RLock()
+	defer e.addrMu.RUnlock()
+	return e.addr
+}
 
 // SetLinkAddress implements stack.LinkEndpoint. The NIC's filter is
 // programmed with the address it was created with; changing it here only
-// changes the source address of outgoing frames.
-func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) { e.addr = a }
+// changes the source address of outgoing frames and which received frames
+// count as addressed to this host. The receive path reads the address
+// concurrently, so it is written under a lock (as gVisor's own endpoints
+// do).
+func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) {
+	e.addrMu.Lock()
+	e.addr = a
+	e.addrMu.Unlock()
+}
 
 // Capabilities implements stack.LinkEndpoint.
 //
@@ -360,8 +383,10 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 				payload = e.frags
 				payload[0] = rest
 			}
-			err = e.dev.TransmitGSO(hdr, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
-				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)}, p)
+			l3 := len(p.LinkHeader().Slice())
+			l4 := l3 + len(p.NetworkHeader().Slice())
+			err = e.writeGSO(p, hdr, l3, l4, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
+				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)})
 		}
 	} else {
 		// Checksums are complete: TX offload is not advertised.
@@ -387,17 +412,144 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 	return nil
 }
 
+// gsoWait bounds how long writeGSO waits for descriptors in the middle of
+// a split packet before it gives up on the rest (which TCP then sees as
+// lost and retransmits).
+const gsoWait = 500 * time.Millisecond
+
+// writeGSO hands a host-GSO TCP packet (headers hdr, IP header at l3, TCP
+// header at l4) to the device. What fits the device's limits goes whole.
+// A packet that does not (more segments than MaxGSOSegments, which a small
+// MSS makes of 64 KiB, or more views than MaxGSOViews, which many small
+// writes make) is split into pieces that do, each with its own copy of the
+// headers (sequence number advanced, IPv4 ID advanced by the segments
+// before it, FIN and PSH only on the last piece, CWR only on the first),
+// and a piece with too many views has them gathered into one buffer. The
+// pieces are queued one after another; if the ring fills between them,
+// writeGSO waits for completions (at most gsoWait). It returns an error
+// only when nothing was queued.
+func (e *Endpoint) writeGSO(p *stack.PacketBuffer, hdr []byte, l3, l4 int, payload [][]byte, o tso.Options) error {
+	total := 0
+	for _, v := range payload {
+		total += len(v)
+	}
+	maxSegs := min(e.info.MaxGSOSegments, tso.MaxSegments)
+	maxViews := max(1, e.info.MaxGSOViews)
+	if o.MSS <= 0 || maxSegs < 1 || (total+o.MSS-1)/o.MSS <= maxSegs && len(payload) <= maxViews {
+		return e.dev.TransmitGSO(hdr, payload, o, p)
+	}
+	h := &gsoHold{p: p}
+	h.left.Store(1) // writeGSO's own, dropped at the end
+	per := maxSegs * o.MSS
+	var deadline time.Time
+	view, voff, posted := 0, 0, 0
+	for off := 0; off < total; off += per {
+		n := min(per, total-off)
+		var pieces [][]byte
+		for k := n; k > 0; {
+			v := payload[view][voff:]
+			c := min(k, len(v))
+			if c > 0 {
+				pieces = append(pieces, v[:c])
+			}
+			k -= c
+			if voff += c; voff == len(payload[view]) {
+				view, voff = view+1, 0
+			}
+		}
+		if len(pieces) > maxViews {
+			buf := make([]byte, 0, n)
+			for _, pc := range pieces {
+				buf = append(buf, pc...)
+			}
+			pieces = [][]byte{buf}
+			h.mem = append(h.mem, buf)
+			e.count(func(s *Stats) { s.TxGathered++ })
+		}
+		hc := splitHeader(hdr, l3, l4, off, off/o.MSS, off == 0, off+n == total)
+		h.mem = append(h.mem, hc)
+		h.left.Add(1)
+		err := e.dev.TransmitGSO(hc, pieces, o, h)
+		for err != nil && posted > 0 && e.dev.Full(err) {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(gsoWait)
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+			select {
+			case <-e.txKick:
+			case <-time.After(time.Millisecond):
+			}
+			err = e.dev.TransmitGSO(hc, pieces, o, h)
+		}
+		if err != nil {
+			h.left.Add(-1)
+			if posted == 0 {
+				return err // nothing queued: the caller still owns p
+			}
+			e.count(func(s *Stats) { s.TxCutShort++ })
+			break
+		}
+		posted++
+		e.count(func(s *Stats) { s.TxSplitPieces++ })
+	}
+	h.done(e)
+	return nil
+}
+
+// splitHeader returns a copy of the TCP packet header hdr for the piece
+// that starts off payload bytes (segs segments) into the packet.
+func splitHeader(hdr []byte, l3, l4, off, segs int, first, last bool) []byte {
+	hc := append([]byte(nil), hdr...)
+	t := hc[l4:]
+	binary.BigEndian.PutUint32(t[4:], binary.BigEndian.Uint32(t[4:])+uint32(off))
+	const fin, psh, cwr = 0x01, 0x08, 0x80
+	if !last {
+		t[13] &^= fin | psh
+	}
+	if !first {
+		t[13] &^= cwr
+	}
+	if hc[l3]>>4 == 4 {
+		binary.BigEndian.PutUint16(hc[l3+4:], binary.BigEndian.Uint16(hc[l3+4:])+uint16(segs))
+	}
+	return hc
+}
+
+// gsoHold keeps the reference on a packet sent in pieces, and the memory
+// the pieces use (header copies, gathered payload), until every piece is
+// done.
+type gsoHold struct {
+	p    *stack.PacketBuffer
+	left atomic.Int32
+	mem  [][]byte
+}
+
+func (h *gsoHold) done(e *Endpoint) {
+	if h.left.Add(-1) == 0 {
+		h.mem = nil
+		e.held.Add(-1)
+		h.p.DecRef()
+	}
+}
+
 // txDone releases the reference taken in writePacket, exactly once.
 func (e *Endpoint) txDone(cookie any, err error) {
-	p, ok := cookie.(*stack.PacketBuffer)
-	if !ok {
-		return
-	}
 	if err != nil {
 		e.count(func(s *Stats) { s.TxErrors++ })
 	}
-	e.held.Add(-1)
-	p.DecRef()
+	select {
+	case e.txKick <- struct{}{}:
+	default:
+	}
+	switch c := cookie.(type) {
+	case *stack.PacketBuffer:
+		e.held.Add(-1)
+		c.DecRef()
+	case *gsoHold:
+		c.done(e)
+	}
 }
 
 func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan struct{}) {
@@ -414,6 +566,8 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		defer t.Stop()
 		tick = t.C
 	}
+	var backoff time.Duration
+	fails := 0
 	for {
 		select {
 		case <-stop:
@@ -426,9 +580,34 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 		if c := e.opts.Clock; c != nil {
 			t0 = c()
 		}
-		n := int64(1)
-		for e.rxBatch() {
+		n := int64(0)
+		for {
 			n++
+			more, failed := e.rxBatch()
+			if !failed {
+				fails, backoff = 0, 0
+			} else if fails++; fails > rxFailsBeforeBackoff {
+				// The device keeps failing and gives nothing: a closed NIC
+				// fails forever. Back off (doubling, up to rxMaxBackoff)
+				// instead of spinning, and keep answering the stop signal.
+				// (A few failures in a row are frames the NIC dropped.)
+				backoff = min(max(2*backoff, rxMinBackoff), rxMaxBackoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			if !more {
+				break
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
 		}
 		if c := e.opts.Clock; c != nil {
 			e.rxNs.Add(c() - t0)
@@ -437,32 +616,47 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 	}
 }
 
-// rxBatch handles up to RxBudget frames and flushes GRO; it reports whether
-// the budget ran out with frames possibly left.
-func (e *Endpoint) rxBatch() bool {
+// The receive loop's back-off once more than rxFailsBeforeBackoff batches
+// in a row ended in a device error before any frame.
+const (
+	rxFailsBeforeBackoff = 8
+	rxMinBackoff         = 100 * time.Microsecond
+	rxMaxBackoff         = 10 * time.Millisecond
+)
+
+// rxBatch handles up to RxBudget frames and flushes GRO. more reports
+// whether frames may be left (the budget ran out, or an error ended the
+// batch); failed that the batch ended with an error before any frame.
+// A Receive error ends the batch: a device that fails persistently
+// (closed) would otherwise be called millions of times a second.
+func (e *Endpoint) rxBatch() (more, failed bool) {
 	e.mu.Lock()
 	d := e.dispatcher
 	e.mu.Unlock()
 	if d == nil {
-		return false
+		return false, false
 	}
-	more := true // until the NIC says it has nothing left
+	addr := e.LinkAddress()
+	more = true // until the NIC says it has nothing left
 	// With the ACK filter the whole batch is taken first, so that ACKs
 	// superseded within it can be dropped (see ackfilter.go); without it,
 	// each frame goes up as it is taken.
 	b := e.rx.batch[:0]
+	got := 0
 	for i := 0; i < e.opts.RxBudget; i++ {
 		f, err := e.dev.Receive()
 		if err != nil {
 			e.count(func(s *Stats) { s.RxNICErrors++ })
-			continue
+			failed = got == 0
+			break
 		}
 		if f == nil {
 			more = false
 			break
 		}
+		got++
 		if !e.opts.AckFilter {
-			e.deliver(d, f)
+			e.deliver(d, f, addr)
 			continue
 		}
 		b = append(b, f)
@@ -477,12 +671,12 @@ func (e *Endpoint) rxBatch() bool {
 				f.Release()
 				continue
 			}
-			e.deliver(d, f)
+			e.deliver(d, f, addr)
 		}
 		clear(b) // drop references to released frames
 	}
 	e.gro.Flush()
-	return more
+	return more, failed
 }
 
 // ackTrusted reports whether a pure ACK's checksums are good: checked by
@@ -495,7 +689,7 @@ func (e *Endpoint) ackTrusted(f Frame) bool {
 }
 
 // deliver copies a frame once into a gVisor buffer and hands it up.
-func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
+func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAddress) {
 	b := f.Bytes()
 	if len(b) < header.EthernetMinimumSize {
 		f.Release()
@@ -537,7 +731,7 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 		p.PktType = tcpip.PacketBroadcast
 	case dst[0]&1 != 0:
 		p.PktType = tcpip.PacketMulticast
-	case string(dst) == string(e.addr):
+	case string(dst) == string(addr):
 		p.PktType = tcpip.PacketHost
 	default:
 		p.PktType = tcpip.PacketOtherHost
@@ -549,12 +743,9 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 	}
 	p.RXChecksumValidated = true
 	switch {
-	case h.Proto == pkt.ProtoTCP && !h.Fragment:
-		// GRO merges only TCP. Everything else bypasses it: this gVisor's
-		// gro.dispatch6 leaks a buffer clone for every IPv6 packet that is
-		// not TCP (found by the leak checker in TestUDPDatagramsUpTo64KiB).
-		e.gro.Enqueue(p)
 	case h.Fragment:
+		// Fragments of any protocol are held until their datagram is
+		// complete and its TCP or UDP checksum verified (fragcheck.go).
 		ready, dropped := e.frag.add(b, h, p)
 		if dropped > 0 {
 			e.count(func(s *Stats) { s.RxFragDrops += uint64(dropped) })
@@ -564,6 +755,11 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame) {
 			q.DecRef()
 		}
 		return
+	case h.Proto == pkt.ProtoTCP:
+		// GRO merges only TCP. Everything else bypasses it: this gVisor's
+		// gro.dispatch6 leaks a buffer clone for every IPv6 packet that is
+		// not TCP (found by the leak checker in TestUDPDatagramsUpTo64KiB).
+		e.gro.Enqueue(p)
 	default:
 		d.DeliverNetworkPacket(proto, p)
 	}
@@ -579,14 +775,16 @@ const (
 )
 
 // softVerify checks in software the IPv4 header and TCP/UDP checksums the
-// hardware did not verify. UDP over IP fragments is left to fragCheck
-// (h.Fragment is set).
+// hardware did not verify. It is the only check these packets get: with
+// RX offload advertised, gVisor trusts every checksum. Fragments (of any
+// protocol, IPv4 or IPv6) are left to fragCheck, which sees the whole
+// datagram (h.Fragment is set). A frame it cannot parse is bad: gVisor
+// could not parse it either, but the endpoint does not bet a checksum on
+// that.
 func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) {
 	h, err := pkt.Parse(f)
 	if err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
-		// Malformed: gVisor's own parser rejects it. Clear Fragment so it
-		// is not held.
-		return pkt.Headers{CsumOff: -1}, verdictSoft
+		return pkt.Headers{CsumOff: -1}, verdictBad
 	}
 	v := verdictHW
 	if !h.IPv6 && !ipOK {
@@ -595,10 +793,18 @@ func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) 
 			return h, verdictBad
 		}
 	}
-	if h.Fragment || h.CsumOff < 0 || l4OK {
-		return h, v // fragments go to fragCheck; others carry no checksum
+	if h.Fragment {
+		return h, v // fragCheck verifies the datagram
 	}
-	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
+	if h.Proto != pkt.ProtoTCP && h.Proto != pkt.ProtoUDP {
+		return h, v // gVisor checks other protocols' checksums itself
+	}
+	if l4OK {
+		return h, v
+	}
+	if ok, checked := pkt.TransportOK(f, h); !ok && (checked || h.Proto == pkt.ProtoTCP || h.IPv6) {
+		// A bad sum, or no sum where one is required: TCP always,
+		// UDP over IPv6 (RFC 8200 8.1); or a header cut short.
 		return h, verdictBad
 	}
 	return h, verdictSoft

@@ -9,25 +9,31 @@ import (
 	"github.com/tamanic/tamanic/internal/pkt"
 )
 
-// fragCheck verifies the UDP checksum of datagrams that arrive as IP
-// fragments, in the mode in which RX checksum offload is advertised (GRO).
+// fragCheck verifies the transport checksum of TCP and UDP datagrams that
+// arrive as IP fragments (IPv4 or IPv6), in the mode in which RX checksum
+// offload is advertised (GRO).
 //
 // Two gVisor behaviours make this necessary. Reassembly clones the first
 // fragment, and a clone keeps RXChecksumValidated, which the NIC sets from
-// the capability bit: the reassembled datagram's UDP checksum would never be
-// checked (the MAC cannot: it sees one fragment at a time). And gVisor sends
-// fragments with DF set and IPv4 ID 0, so every fragmented datagram of a
-// flow shares one reassembly key: a fragment left behind by a broken
-// datagram mixes into the next one.
+// the capability bit: the reassembled datagram's TCP or UDP checksum would
+// never be checked (the MAC cannot: it sees one fragment at a time). And
+// gVisor sends fragments with DF set and IPv4 ID 0, so every fragmented
+// datagram of a flow shares one reassembly key: a fragment left behind by a
+// broken datagram mixes into the next one.
 //
-// So the endpoint holds a UDP datagram's fragments (already copied into
-// gVisor buffers) until they cover it, verifies its checksum over them
-// (offsets are multiples of 8, so per-fragment sums simply add), and then
-// hands them all up, or drops them all. gVisor's reassembler only ever sees
-// complete, verified datagrams. Holding is bounded: at most fragTrackers
-// datagrams and fragMaxBytes bytes, each for at most fragTimeout; what is
-// evicted is dropped and counted, never delivered unchecked. Only the
-// receive goroutine uses it.
+// So the endpoint holds every fragment (already copied into a gVisor
+// buffer) until the datagram is covered, finds its transport header in the
+// first fragment (behind any extension headers of the fragmentable part,
+// for IPv6), verifies a TCP or UDP checksum over all of it (offsets are
+// multiples of 8, so per-fragment sums simply add), and then hands all the
+// fragments up, or drops them all. Other protocols (ICMP) are handed up
+// complete and unchecked: gVisor checks their checksums whatever the flag
+// says. gVisor's reassembler only ever sees complete, verified datagrams.
+// What cannot be verified (overlaps, a header chain that does not fit the
+// first fragment, a UDP length that disagrees with the datagram) is dropped.
+// Holding is bounded: at most fragTrackers datagrams and fragMaxBytes
+// bytes, each for at most fragTimeout; what is evicted is dropped and
+// counted, never delivered unchecked. Only the receive goroutine uses it.
 type fragCheck struct {
 	table map[fragKey]*fragState
 	order []fragKey // oldest first
@@ -41,6 +47,8 @@ const (
 	fragTimeout  = 30 * time.Second
 )
 
+// fragKey is the reassembly key: addresses and identification, and for
+// IPv4 the protocol (RFC 791).
 type fragKey struct {
 	v6       bool
 	src, dst [16]byte
@@ -48,17 +56,15 @@ type fragKey struct {
 }
 
 type fragState struct {
-	start   time.Time
-	sum     uint32
-	spans   [][2]int // covered [start, end) of the fragmentable part, merged
-	total   int      // datagram length (UDP header + data) once the last fragment is seen; -1 before
-	udpLen  int
-	ckField uint16
-	haveHdr bool
-	bad     bool // overlapping fragments: unverifiable
-	pseudo  uint32
-	held    []*stack.PacketBuffer
-	bytes   int
+	start time.Time
+	rest  uint32   // sum of the fragmentable bytes of all fragments but the first
+	first []byte   // the first fragment's fragmentable bytes (a copy)
+	spans [][2]int // covered [start, end) of the fragmentable part, merged
+	total int      // length of the fragmentable part once the last fragment is seen; -1 before
+	next  int      // the first header of the fragmentable part (IPv4: the protocol)
+	bad   bool     // overlapping fragments: unverifiable
+	held  []*stack.PacketBuffer
+	bytes int
 }
 
 func (c *fragCheck) init() {
@@ -67,12 +73,9 @@ func (c *fragCheck) init() {
 }
 
 // add accounts for fragment f (headers h, built into p) and returns the
-// packets now ready to deliver (p alone for fragments it does not hold) and
-// how many held packets it dropped. It takes ownership of p's reference.
+// packets now ready to deliver and how many held packets it dropped. It
+// takes ownership of p's reference.
 func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready []*stack.PacketBuffer, dropped int) {
-	if h.Proto != pkt.ProtoUDP {
-		return []*stack.PacketBuffer{p}, 0
-	}
 	var k fragKey
 	var off int
 	var more bool
@@ -82,7 +85,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		k.v6 = true
 		copy(k.src[:], ip[8:24])
 		copy(k.dst[:], ip[24:40])
-		fh := f[h.L4-8 : h.L4] // the fragment header precedes the payload
+		fh := f[h.L4-8 : h.L4] // the fragment header precedes the fragmentable part
 		k.id = binary.BigEndian.Uint32(fh[4:])
 		fo := binary.BigEndian.Uint16(fh[2:])
 		off, more = int(fo&^7), fo&1 != 0
@@ -113,12 +116,11 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 	}
 	st.spans = append(st.spans, [2]int{off, end})
 	mergeSpans(&st.spans)
-	st.sum = uint32(pkt.Fold(pkt.Sum(st.sum, payload)))
-	if off == 0 && len(payload) >= 8 {
-		st.haveHdr = true
-		st.udpLen = int(binary.BigEndian.Uint16(payload[4:]))
-		st.ckField = binary.BigEndian.Uint16(payload[6:])
-		st.pseudo = pkt.PseudoSum(ip, h.IPv6, pkt.ProtoUDP, st.udpLen)
+	if off == 0 {
+		st.first = append([]byte(nil), payload...)
+		st.next = h.Proto
+	} else {
+		st.rest = uint32(pkt.Fold(pkt.Sum(st.rest, payload)))
 	}
 	if !more {
 		st.total = end
@@ -134,15 +136,68 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		return nil, dropped
 	}
 	c.remove(k)
-	ok := !st.bad && st.haveHdr && st.udpLen == st.total &&
-		(st.ckField == 0 && !h.IPv6 || pkt.Fold(st.sum+st.pseudo) == 0xFFFF)
-	if !ok {
+	if st.bad || !st.verify(k) {
 		for _, q := range st.held {
 			q.DecRef()
 		}
 		return nil, dropped + len(st.held)
 	}
 	return st.held, dropped
+}
+
+// verify checks the transport checksum of a complete datagram.
+func (st *fragState) verify(k fragKey) bool {
+	next, t := st.next, 0
+	if k.v6 {
+		// Extension headers of the fragmentable part, which RFC 8200 (and
+		// RFC 7112) want whole in the first fragment with the transport
+		// header.
+	chain:
+		for {
+			switch next {
+			case 43, 60: // routing, destination options
+				if t+8 > len(st.first) {
+					return false
+				}
+				next, t = int(st.first[t]), t+8+int(st.first[t+1])*8
+			case 0, 44: // hop-by-hop or a fragment header inside a fragment
+				return false
+			default:
+				break chain
+			}
+		}
+	}
+	var need int
+	switch next {
+	case pkt.ProtoTCP:
+		need = 20
+	case pkt.ProtoUDP:
+		need = 8
+	default:
+		// gVisor verifies ICMP and the rest itself, flag or not.
+		return true
+	}
+	if t+need > len(st.first) {
+		return false
+	}
+	l4len := st.total - t
+	seg := st.first[t:]
+	if next == pkt.ProtoUDP {
+		if int(binary.BigEndian.Uint16(seg[4:])) != l4len {
+			return false
+		}
+		if !k.v6 && binary.BigEndian.Uint16(seg[6:]) == 0 {
+			return true // IPv4 UDP sent without a checksum
+		}
+	}
+	n := 4
+	if k.v6 {
+		n = 16
+	}
+	pseudo := uint32(pkt.Fold(pkt.Sum(pkt.Sum(0, k.src[:n]), k.dst[:n]) + uint32(next) + uint32(l4len)))
+	// t is a multiple of 8 and every later fragment starts at one, so the
+	// sums line up on 16-bit words.
+	return pkt.Fold(pkt.Sum(pseudo, seg)+st.rest) == 0xFFFF
 }
 
 // expire drops datagrams held longer than fragTimeout.

@@ -22,6 +22,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/dma/dmatest"
@@ -63,6 +64,7 @@ type hostOptions struct {
 	mode    mode
 	soc     fec.SoC
 	txRing  int
+	rxRing  int
 	noTrace bool
 }
 
@@ -81,6 +83,9 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 			c.TxRing = o.txRing
 		}
 		c.RxRing = 512
+		if o.rxRing != 0 {
+			c.RxRing = o.rxRing
+		}
 		c.OnTxDone = func(cookie any, err error) { dev.Done(cookie, err) }
 	}})
 	dev = fecdev.New(rig.NIC)
@@ -171,10 +176,12 @@ func (p *prng) Read(b []byte) (int, error) {
 // every TCP endpoint of the stack.
 func (h *host) diag() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "endpoint %+v\n", h.ep.Stats())
-	st := h.rig.NIC.Stats()
-	fmt.Fprintf(&b, "nic tx %+v\nnic rx %+v\n", st.Tx, st.Rx)
-	fmt.Fprintf(&b, "model %+v\n", h.rig.Model.Stats())
+	if h.ep != nil { // not on gVisor's channel endpoints
+		fmt.Fprintf(&b, "endpoint %+v\n", h.ep.Stats())
+		st := h.rig.NIC.Stats()
+		fmt.Fprintf(&b, "nic tx %+v\nnic rx %+v\n", st.Tx, st.Rx)
+		fmt.Fprintf(&b, "model %+v\n", h.rig.Model.Stats())
+	}
 	ts := h.s.Stats().TCP
 	fmt.Fprintf(&b, "tcp sent %d sendErr %d retrans %d fastRecovery %d timeouts %d slowStartRetrans %d fastRetrans %d valid %d invalid %d checksumErr %d\n",
 		ts.SegmentsSent.Value(), ts.SegmentSendErrors.Value(), ts.Retransmits.Value(), ts.FastRecovery.Value(),
@@ -200,7 +207,9 @@ func (h *host) diag() string {
 			es.SendErrors.NoRoute.Value(), es.ReceiveErrors.ClosedReceiver.Value(),
 			es.ReceiveErrors.ZeroRcvWindowState.Value(), es.ReceiveErrors.WantZeroRcvWindow.Value())
 	}
-	fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())
+	if h.rig != nil {
+		fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())
+	}
 	return b.String()
 }
 
@@ -243,16 +252,52 @@ func watch(t testing.TB, from, to *host, rcvd *progress, n int64) func() {
 
 // transfer sends n bytes from a to b over TCP and compares SHA-256 digests.
 func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error {
-	proto, src, dst := ipv4.ProtocolNumber, from.v4, to.v4
+	return transferWith(t, from, to, v6, port, n, xfer{})
+}
+
+// xfer shapes a transfer.
+type xfer struct {
+	mss     int           // the receiver's MSS (TCP_MAXSEG), 0 for the default
+	write   int           // bytes per write, 0 for io.Copy's 32 KiB
+	hold    int64         // the receiver starts reading once this much was written
+	timeout time.Duration // whole transfer, default 5 minutes
+}
+
+// transferWith is transfer shaped by x.
+func transferWith(t testing.TB, from, to *host, v6 bool, port uint16, n int64, x xfer) error {
+	proto, dst := ipv4.ProtocolNumber, to.v4
 	if v6 {
-		proto, src, dst = ipv6.ProtocolNumber, from.v6, to.v6
+		proto, dst = ipv6.ProtocolNumber, to.v6
 	}
-	_ = src
-	l, err := gonet.ListenTCP(to.s, tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}, proto)
-	if err != nil {
-		return fmt.Errorf("listen: %v", err)
+	if x.timeout == 0 {
+		x.timeout = 5 * time.Minute
 	}
+	var wq waiter.Queue
+	lep, terr := to.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
+	if terr != nil {
+		return fmt.Errorf("endpoint: %v", terr)
+	}
+	if x.mss != 0 {
+		if terr := lep.SetSockOptInt(tcpip.MaxSegOption, x.mss); terr != nil {
+			lep.Close()
+			return fmt.Errorf("TCP_MAXSEG %d: %v", x.mss, terr)
+		}
+	}
+	if terr := lep.Bind(tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}); terr != nil {
+		lep.Close()
+		return fmt.Errorf("bind: %v", terr)
+	}
+	if terr := lep.Listen(10); terr != nil {
+		lep.Close()
+		return fmt.Errorf("listen: %v", terr)
+	}
+	l := gonet.NewTCPListener(to.s, &wq, lep)
 	defer l.Close()
+	written := new(progress)
+	holdOver := make(chan struct{})
+	if x.hold == 0 {
+		close(holdOver)
+	}
 	rcvd := new(progress)
 	defer watch(t, from, to, rcvd, n)()
 	got := make(chan []byte, 1)
@@ -264,7 +309,11 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 			return
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Minute))
+		c.SetDeadline(time.Now().Add(x.timeout))
+		select { // also if the sender blocks before the mark
+		case <-holdOver:
+		case <-time.After(3 * time.Second):
+		}
 		h := sha256.New()
 		m, err := io.Copy(io.MultiWriter(h, rcvd), c)
 		if err != nil || m != n {
@@ -280,7 +329,7 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		return fmt.Errorf("dial: %v", err)
 	}
 	// A stalled transfer fails within bounded time instead of hanging.
-	c.SetDeadline(time.Now().Add(5 * time.Minute))
+	c.SetDeadline(time.Now().Add(x.timeout))
 	want := sha256.New()
 	start := time.Now()
 	defer func() {
@@ -289,9 +338,16 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 			t.Logf("STALL: %d bytes took %v", n, el.Round(time.Millisecond))
 		}
 	}()
-	if _, err := io.Copy(io.MultiWriter(c, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
+	var out io.Writer = c
+	if x.write > 0 {
+		out = &smallWrites{w: c, n: x.write}
+	}
+	if x.hold > 0 {
+		out = &holdWriter{w: out, p: written, at: x.hold, c: holdOver}
+	}
+	if _, err := io.Copy(io.MultiWriter(out, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
 		c.Close()
-		return fmt.Errorf("send: %v", err)
+		return fmt.Errorf("send: %v (sent %d of %d bytes)", err, written.n.Load(), n)
 	}
 	c.Close()
 	select {
@@ -301,8 +357,44 @@ func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error
 		}
 	case err := <-errc:
 		return err
-	case <-time.After(6 * time.Minute):
+	case <-time.After(x.timeout + time.Minute):
 		return fmt.Errorf("transfer of %d bytes timed out", n)
 	}
 	return nil
+}
+
+// smallWrites writes in pieces of n bytes, as an application making many
+// small writes does.
+type smallWrites struct {
+	w io.Writer
+	n int
+}
+
+func (s *smallWrites) Write(b []byte) (int, error) {
+	k := 0
+	for k < len(b) {
+		m, err := s.w.Write(b[k:min(len(b), k+s.n)])
+		k += m
+		if err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// holdWriter counts what was written and closes c once at bytes have been.
+type holdWriter struct {
+	w  io.Writer
+	p  *progress
+	at int64
+	c  chan struct{}
+}
+
+func (h *holdWriter) Write(b []byte) (int, error) {
+	n, err := h.w.Write(b)
+	if h.p.n.Add(int64(n)) >= h.at && h.c != nil {
+		close(h.c)
+		h.c = nil
+	}
+	return n, err
 }

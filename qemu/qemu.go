@@ -78,22 +78,38 @@ func linkFlags(board string) string {
 	return "-T " + a + " -R 0x1000"
 }
 
+// ControlToken is the control token every image Build makes is linked
+// with (app.BuildControlToken): the harness's own, so that its POST /mode
+// requests are authorised while images built without a token keep the
+// control port closed.
+const ControlToken = "tamanic-qemu-harness"
+
 // Build compiles the firmware for board (see Boards) into dir and returns
-// the ELF's path. root is the module root.
-func Build(ctx context.Context, root, dir, board string) (string, error) {
+// the ELF's path. root is the module root. The image accepts POST /mode
+// with ControlToken. Each of xflags is a further linker -X setting of the
+// firmware's package main ("main.E1000EIRQ=msi").
+func Build(ctx context.Context, root, dir, board string, xflags ...string) (string, error) {
 	tool, err := exec.CommandContext(ctx, "go", "tool", "-n", "tamago").Output()
 	if err != nil {
 		return "", fmt.Errorf("qemu: locating the tamago tool: %w", err)
 	}
 	elf := filepath.Join(dir, "tamanic-"+board+".elf")
 	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
-		"-ldflags", linkFlags(board), "-o", elf, "./firmware/"+board)
+		"-ldflags", ldflags(board, xflags), "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("qemu: building firmware: %w\n%s", err, out)
 	}
 	return elf, nil
+}
+
+func ldflags(board string, xflags []string) string {
+	f := linkFlags(board) + " -X github.com/tamanic/tamanic/firmware/app.BuildControlToken=" + ControlToken
+	for _, x := range xflags {
+		f += " -X " + x
+	}
+	return f
 }
 
 // Options configure a boot.
@@ -116,6 +132,37 @@ type Options struct {
 	// GDB opens QEMU's gdbstub on a loopback port (Machine.GDBPort), for
 	// StartProfile.
 	GDB bool
+	// E1000E (mcimx7d) adds QEMU's e1000e (Intel 82574L) behind the PCIe
+	// root port on its own user network (E1000ENet, host .2), its
+	// services forwarded from 127.0.0.1 (Machine.E1000E).
+	E1000E bool
+}
+
+// E1000ENet is the e1000e's user network and E1000EGuest the firmware's
+// address on it (firmware/mcimx7d's default E1000EIP).
+const (
+	E1000ENet   = "10.0.2.0/24"
+	E1000EHost  = "10.0.2.2"
+	E1000EGuest = "10.0.2.1"
+)
+
+// Ports are the host ports forwarded to one guest interface's services;
+// its methods talk to them.
+type Ports struct {
+	SinkPort, SourcePort, HTTPPort, EchoPort int
+	// IperfPort (0: none) is forwarded to the guest's iperf3 server (5201)
+	// for TCP and UDP alike, as the iperf3 client uses one port number for
+	// both.
+	IperfPort int
+}
+
+func (p Ports) hostfwd(guest string) string {
+	f := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=udp:127.0.0.1:%d-%s:%d",
+		p.SinkPort, guest, app.SinkPort, p.SourcePort, guest, app.SourcePort, p.HTTPPort, guest, app.HTTPPort, p.EchoPort, guest, app.EchoPort)
+	if p.IperfPort != 0 {
+		f += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=udp:127.0.0.1:%d-%s:%d", p.IperfPort, guest, app.IperfPort, p.IperfPort, guest, app.IperfPort)
+	}
+	return f
 }
 
 // Machine is a booted firmware.
@@ -124,12 +171,15 @@ type Machine struct {
 	Args  []string // the QEMU command line
 	Ready string   // the READY line
 	Boot  time.Duration
-	// Host ports forwarded to the guest's services.
-	SinkPort, SourcePort, HTTPPort, EchoPort int
-	GDBPort                                  int // 0 unless Options.GDB
-	done                                     chan struct{}
-	mu                                       sync.Mutex
-	lines                                    []string
+	// Host ports forwarded to the guest's services (on ENET1).
+	Ports
+	// E1000E holds the ports forwarded to the e1000e's services
+	// (Options.E1000E), else nil.
+	E1000E  *Ports
+	GDBPort int // 0 unless Options.GDB
+	done    chan struct{}
+	mu      sync.Mutex
+	lines   []string
 }
 
 func freePorts(n int) ([]int, error) {
@@ -151,15 +201,36 @@ func freePorts(n int) ([]int, error) {
 	return ps, nil
 }
 
+// freeTCPAndUDPPort returns a loopback port number free for TCP and for UDP.
+func freeTCPAndUDPPort() (int, error) {
+	for range 32 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("no port free for both TCP and UDP in 32 tries")
+}
+
 // Boot starts QEMU and waits for the firmware's READY line.
 func Boot(ctx context.Context, o Options) (*Machine, error) {
-	ps, err := freePorts(5)
+	ps, err := freePorts(9)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)
 	}
-	m := &Machine{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], done: make(chan struct{})}
-	fwd := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=tcp:127.0.0.1:%d-10.0.0.1:%d,hostfwd=udp:127.0.0.1:%d-10.0.0.1:%d",
-		m.SinkPort, app.SinkPort, m.SourcePort, app.SourcePort, m.HTTPPort, app.HTTPPort, m.EchoPort, app.EchoPort)
+	ip, err := freeTCPAndUDPPort()
+	if err != nil {
+		return nil, fmt.Errorf("qemu: free ports: %w", err)
+	}
+	m := &Machine{Ports: Ports{SinkPort: ps[0], SourcePort: ps[1], HTTPPort: ps[2], EchoPort: ps[3], IperfPort: ip}, done: make(chan struct{})}
+	fwd := m.Ports.hostfwd("10.0.0.1")
 	board := o.Board
 	if board == "" {
 		board = "mx6ullevk"
@@ -174,6 +245,11 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		"-kernel", o.ELF, "-semihosting")
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)
+	}
+	if o.E1000E {
+		m.E1000E = &Ports{SinkPort: ps[5], SourcePort: ps[6], HTTPPort: ps[7], EchoPort: ps[8]}
+		m.Args = append(m.Args, "-netdev", "user,id=e1k,net="+E1000ENet+",host="+E1000EHost+","+m.E1000E.hostfwd(E1000EGuest),
+			"-device", "e1000e,bus=dw-pcie,netdev=e1k")
 	}
 	if o.Icount {
 		m.Args = append(m.Args, "-icount", "shift=0,sleep=off")
@@ -274,7 +350,7 @@ type SinkResult struct {
 }
 
 // Send streams n bytes of app.Pattern to the guest's sink (5001).
-func (m *Machine) Send(n int64, timeout time.Duration) (SinkResult, error) {
+func (m *Ports) Send(n int64, timeout time.Duration) (SinkResult, error) {
 	var r SinkResult
 	c, err := dial(m.SinkPort, timeout)
 	if err != nil {
@@ -297,7 +373,7 @@ func (m *Machine) Send(n int64, timeout time.Duration) (SinkResult, error) {
 
 // Receive asks the guest's source (5002) for n bytes and checks they are
 // app.Pattern, by SHA-256.
-func (m *Machine) Receive(n int64, timeout time.Duration) (time.Duration, error) {
+func (m *Ports) Receive(n int64, timeout time.Duration) (time.Duration, error) {
 	c, err := dial(m.SourcePort, timeout)
 	if err != nil {
 		return 0, fmt.Errorf("qemu: source: %w", err)
@@ -328,7 +404,7 @@ func PatternSHA256(n int64) string {
 
 // Echo sends one UDP datagram to the guest's echo port and returns the
 // reply.
-func (m *Machine) Echo(d []byte, timeout time.Duration) ([]byte, error) {
+func (m *Ports) Echo(d []byte, timeout time.Duration) ([]byte, error) {
 	c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort))
 	if err != nil {
 		return nil, err
@@ -344,7 +420,7 @@ func (m *Machine) Echo(d []byte, timeout time.Duration) ([]byte, error) {
 }
 
 // Stats fetches /stats.
-func (m *Machine) Stats() (map[string]any, error) {
+func (m *Ports) Stats() (map[string]any, error) {
 	r, err := (&http.Client{Timeout: 60 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
 	if err != nil {
 		return nil, err
@@ -355,22 +431,21 @@ func (m *Machine) Stats() (map[string]any, error) {
 }
 
 // SetMode posts /mode.
-func (m *Machine) SetMode(tx string, copybreak int) error {
+func (m *Ports) SetMode(tx string, copybreak int) error {
 	return m.post(fmt.Sprintf("tx=%s&copybreak=%s", tx, strconv.Itoa(copybreak)))
 }
 
 // SetSinkHash turns the sink's SHA-256 of received data on or off (it is
 // on at boot). Off, Send's result still counts bytes but carries no digest.
-func (m *Machine) SetSinkHash(on bool) error {
+func (m *Ports) SetSinkHash(on bool) error {
 	if on {
 		return m.post("hash=1")
 	}
 	return m.post("hash=0")
 }
 
-func (m *Machine) post(query string) error {
-	u := fmt.Sprintf("http://127.0.0.1:%d/mode?%s", m.HTTPPort, query)
-	r, err := (&http.Client{Timeout: 60 * time.Second}).Post(u, "text/plain", nil)
+func (m *Ports) post(query string) error {
+	r, err := m.PostMode(query, "Bearer "+ControlToken)
 	if err != nil {
 		return err
 	}
@@ -380,4 +455,35 @@ func (m *Machine) post(query string) error {
 		return fmt.Errorf("qemu: /mode: %s: %s", r.Status, b)
 	}
 	return nil
+}
+
+// PostMode posts /mode?query with the given Authorization header (none
+// when empty) and returns the response.
+func (m *Ports) PostMode(query, authorization string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/mode?%s", m.HTTPPort, query), nil)
+	if err != nil {
+		return nil, err
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	return (&http.Client{Timeout: 60 * time.Second}).Do(req)
+}
+
+// Iperf3 runs the stock iperf3 client against the guest's iperf3 server
+// with --json and the given arguments, and returns its JSON report.
+func (m *Ports) Iperf3(ctx context.Context, args ...string) (map[string]any, error) {
+	a := append([]string{"-c", "127.0.0.1", "-p", strconv.Itoa(m.IperfPort), "--json"}, args...)
+	out, err := exec.CommandContext(ctx, "iperf3", a...).Output()
+	var rep map[string]any
+	if jerr := json.Unmarshal(out, &rep); jerr != nil {
+		return nil, fmt.Errorf("qemu: iperf3 %s: %v (exit: %v)\n%s", strings.Join(args, " "), jerr, err, out)
+	}
+	if e, ok := rep["error"]; ok {
+		return rep, fmt.Errorf("qemu: iperf3 %s: %v", strings.Join(args, " "), e)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("qemu: iperf3 %s: %w", strings.Join(args, " "), err)
+	}
+	return rep, nil
 }

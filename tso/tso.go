@@ -99,8 +99,12 @@ type Options struct {
 
 // Limits.
 const (
-	// MinTCPMSS is the smallest TCP MSS accepted (Linux's TCP_MIN_MSS).
-	MinTCPMSS = 88
+	// MinTCPMSS is the smallest TCP MSS accepted: what gVisor's sender may
+	// use, its smallest peer MSS (header.TCPMinimumSendMSS, 48) less the
+	// 40 bytes of options it reserves. (It was Linux's TCP_MIN_MSS, 88, and
+	// every GSO packet of a connection whose peer advertised an MSS below
+	// 128 was refused.)
+	MinTCPMSS = 8
 	// MinUDPMSS is the smallest UDP payload or fragment size accepted.
 	MinUDPMSS = 8
 	// MaxSegments bounds the segments of one packet.
@@ -159,6 +163,7 @@ type Segmenter struct {
 	pieces  [][]byte
 	udpCsum uint16 // UFO: the datagram's checksum
 	fragHdr int    // UFO IPv6: where the fragment header goes
+	whole   bool   // UFO IPv6: the datagram fits one packet; no fragment header
 }
 
 // Init prepares segmentation of the packet hdr+payload. hdr holds exactly
@@ -266,9 +271,15 @@ func (s *Segmenter) initFragments() error {
 			return fmt.Errorf("%w: IPv6 extension headers other than hop-by-hop before a fragmented UDP datagram", ErrUnsupported)
 		}
 	}
+	if !h.IPv6 && !ipv4OptionsOK(s.hdr[h.L3+20:h.L4]) {
+		return fmt.Errorf("%w: malformed IPv4 options", ErrHeader)
+	}
 	frag := o.MSS &^ 7
 	dgram := s.l4len + s.total // UDP header + payload: the fragmentable part
 	s.count = max(1, (dgram+frag-1)/frag)
+	// RFC 8021: a datagram that fits one packet is not sent as an atomic
+	// fragment (a fragment header with offset 0 and M clear).
+	s.whole = h.IPv6 && s.count == 1
 	// The UDP checksum covers the whole datagram, so compute it up front.
 	var a acc
 	udp := s.hdr[h.L4 : h.L4+8]
@@ -293,7 +304,7 @@ func (s *Segmenter) Count() int { return s.count }
 // carries the UDP header; later ones do not; IPv6 fragments carry 8 more).
 func (s *Segmenter) HeaderLen(i int) int {
 	n := len(s.hdr)
-	if s.o.Type == UDPFragment {
+	if s.o.Type == UDPFragment && !s.whole {
 		if i > 0 {
 			n -= s.l4len
 		}
@@ -465,9 +476,21 @@ func (s *Segmenter) finishL4(hdr []byte, payload [][]byte, l4len int, seg *Segme
 	}
 }
 
-// fragment builds IP fragment i of a UDP datagram.
+// fragment builds IP fragment i of a UDP datagram (or, for an IPv6
+// datagram that fits one packet, the whole datagram without a fragment
+// header).
 func (s *Segmenter) fragment(i int, hdr []byte, seg *Segment) {
 	h := s.h
+	if s.whole {
+		copy(hdr, s.hdr)
+		udp := hdr[h.L4:]
+		binary.BigEndian.PutUint16(udp[4:], uint16(s.l4len+s.total))
+		binary.BigEndian.PutUint16(udp[6:], s.udpCsum)
+		seg.Payload = s.take(s.total)
+		seg.PayloadLen = s.total
+		s.ipHeader(0, hdr, len(hdr)-h.L3+s.total, -1, false)
+		return
+	}
 	frag := s.o.MSS &^ 7
 	off := i * frag // offset within the fragmentable part (UDP header + payload)
 	dgram := s.l4len + s.total
@@ -479,6 +502,12 @@ func (s *Segmenter) fragment(i int, hdr []byte, seg *Segment) {
 		unfrag = s.fragHdr
 	}
 	copy(hdr, s.hdr[:unfrag])
+	if !h.IPv6 && i > 0 {
+		// RFC 791: only options with the copy flag go in every fragment;
+		// the others are in the first only. As Linux does, they become
+		// no-operations, so every fragment keeps the header's length.
+		nopUncopiedOptions(hdr[h.L3+20 : h.L4])
+	}
 	o := unfrag
 	if h.IPv6 {
 		f := hdr[o : o+8]
@@ -512,6 +541,47 @@ func (s *Segmenter) fragment(i int, hdr []byte, seg *Segment) {
 	s.ipHeader(0, hdr, ipLen, off, more)
 	// Fragments share one IPv4 ID: ipHeader left the original in place.
 	s.finishIP(hdr, seg)
+}
+
+// ipv4OptionsOK reports whether IPv4 options parse: single-byte End of
+// Option List and No Operation, the rest type, length (at least 2), data.
+func ipv4OptionsOK(opts []byte) bool {
+	for len(opts) > 0 {
+		switch opts[0] {
+		case 0: // end of option list: the rest is padding
+			return true
+		case 1:
+			opts = opts[1:]
+		default:
+			if len(opts) < 2 || opts[1] < 2 || int(opts[1]) > len(opts) {
+				return false
+			}
+			opts = opts[opts[1]:]
+		}
+	}
+	return true
+}
+
+// nopUncopiedOptions overwrites with No Operation every option of opts
+// (already checked by ipv4OptionsOK) whose copy flag (the type's top bit)
+// is clear.
+func nopUncopiedOptions(opts []byte) {
+	for len(opts) > 0 {
+		switch opts[0] {
+		case 0:
+			return
+		case 1:
+			opts = opts[1:]
+		default:
+			n := int(opts[1])
+			if opts[0]&0x80 == 0 {
+				for k := range opts[:n] {
+					opts[k] = 1
+				}
+			}
+			opts = opts[n:]
+		}
+	}
 }
 
 // acc is a running ones'-complement sum over pieces of odd lengths.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -19,6 +20,7 @@ type spec struct {
 	v6, udp   bool
 	vlans     int  // 0..2 802.1Q tags
 	ipOpts    bool // IPv4 options (router alert)
+	ipOptsRR  bool // IPv4 Record Route (not copied into fragments) before them
 	hopByHop  bool // IPv6 hop-by-hop header
 	tcpTS     bool // TCP timestamps option
 	payload   int
@@ -63,8 +65,11 @@ func build(t testing.TB, s spec, rng *rand.Rand) (hdr, payload []byte) {
 		if s.df {
 			ip.Flags = layers.IPv4DontFragment
 		}
+		if s.ipOptsRR {
+			ip.Options = []layers.IPv4Option{{OptionType: 7, OptionLength: 7, OptionData: []byte{4, 0, 0, 0, 0}}}
+		}
 		if s.ipOpts {
-			ip.Options = []layers.IPv4Option{{OptionType: 0x94, OptionLength: 4, OptionData: []byte{0, 0}}}
+			ip.Options = append(ip.Options, layers.IPv4Option{OptionType: 0x94, OptionLength: 4, OptionData: []byte{0, 0}})
 		}
 		nl = ip
 		ls = append(ls, ip)
@@ -346,7 +351,10 @@ func TestTCPSegmentationIsValidAndReassembles(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for si, sp := range specs {
-		for _, mss := range []int{1448, 536, 88} {
+		for _, mss := range []int{1448, 536, 88, 80, 8} {
+			if (sp.payload+mss-1)/mss > MaxSegments {
+				continue
+			}
 			for _, mode := range modes {
 				hdr, pay := build(t, sp, rng)
 				tmpl := bytes.Clone(hdr)
@@ -484,6 +492,9 @@ func reassemble4(t *testing.T, frames [][]byte, segs []Segment, mode Csum, l3 in
 			if !segs[i].InsertIPCsum || segs[i].InsertL4Csum {
 				t.Fatalf("fragment %d: insert flags %+v", i, segs[i])
 			}
+			if c := binary.BigEndian.Uint16(f[l3+10:]); c != 0 {
+				t.Fatalf("fragment %d: IPv4 checksum field %#x; the NIC inserts over a zero field", i, c)
+			}
 			f = bytes.Clone(f)
 			ip, _, _, _ := gopacketChecksums(t, f)
 			binary.BigEndian.PutUint16(f[l3+10:], ip) // the NIC's work
@@ -543,6 +554,14 @@ func reassemble6(t *testing.T, frames [][]byte, l3 int) []byte {
 	for i, f := range frames {
 		p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
 		fr, ok := p.Layer(layers.LayerTypeIPv6Fragment).(*layers.IPv6Fragment)
+		if len(frames) == 1 {
+			// RFC 8021: a datagram that fits one packet goes whole, never
+			// as an atomic fragment.
+			if ok {
+				t.Fatalf("a datagram that fits one packet was sent as an atomic fragment (offset %d, M %v)", fr.FragmentOffset, fr.MoreFragments)
+			}
+			return f
+		}
 		if !ok {
 			t.Fatalf("fragment %d has no fragment header", i)
 		}
@@ -582,6 +601,8 @@ func TestRejectsWithTypedErrors(t *testing.T) {
 	tcp, tpay := build(t, spec{payload: 3000}, rng)
 	udp, upay := build(t, spec{udp: true, payload: 3000, df: true}, rng)
 	udp6, _ := build(t, spec{udp: true, v6: true, payload: 300}, rng)
+	badOpts, _ := build(t, spec{udp: true, ipOpts: true, payload: 3000}, rng)
+	badOpts[14+20+1] = 40 // router alert claiming 40 bytes
 	big := make([]byte, 70000)
 	cases := []struct {
 		name string
@@ -590,7 +611,7 @@ func TestRejectsWithTypedErrors(t *testing.T) {
 		o    Options
 		want error
 	}{
-		{"MSS below minimum", tcp, tpay, Options{Type: TCP, MSS: 40}, ErrMSS},
+		{"MSS below minimum", tcp, tpay, Options{Type: TCP, MSS: MinTCPMSS - 1}, ErrMSS},
 		{"TCP type on UDP", udp, upay, Options{Type: TCP, MSS: 1000}, ErrType},
 		{"UDP GSO on TCP", tcp, tpay, Options{Type: UDPGSO, MSS: 1000}, ErrType},
 		{"fragmenting a DF datagram", udp, upay, Options{Type: UDPFragment, MSS: 1000}, ErrFragmentDF},
@@ -601,11 +622,18 @@ func TestRejectsWithTypedErrors(t *testing.T) {
 		{"too many segments", udp6, make([]byte, 60000), Options{Type: UDPGSO, MSS: 8}, ErrTooBig},
 		{"unknown type", tcp, tpay, Options{Type: 9, MSS: 1000}, ErrType},
 		{"not IP", append(make([]byte, 12), 0x08, 0x06), nil, Options{Type: TCP, MSS: 1000}, ErrHeader},
+		{"malformed IPv4 options", badOpts, upay, Options{Type: UDPFragment, MSS: 1000}, ErrHeader},
 	}
 	for _, c := range cases {
 		var s Segmenter
-		if err := s.Init(c.hdr, [][]byte{c.pay}, c.o); !errors.Is(err, c.want) {
+		err := s.Init(c.hdr, [][]byte{c.pay}, c.o)
+		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+			continue
+		}
+		// The message names the kind of error and then says more.
+		if msg := err.Error(); !strings.HasPrefix(msg, c.want.Error()) || (err != c.want && len(msg) <= len(c.want.Error())) {
+			t.Errorf("%s: message %q", c.name, msg)
 		}
 	}
 	var s Segmenter
@@ -621,9 +649,74 @@ func TestRejectsWithTypedErrors(t *testing.T) {
 	if err := s.Next(make([]byte, 256), &seg); !errors.Is(err, ErrDone) {
 		t.Fatalf("after the last: %v", err)
 	}
-	for _, ty := range []Type{None, TCP, UDPFragment, UDPGSO, 7} {
-		if ty.String() == "" {
-			t.Fatal("unnamed type")
+	for ty, want := range map[Type]string{None: "none", TCP: "tcp", UDPFragment: "udp-fragment", UDPGSO: "udp-gso", 7: "Type(7)"} {
+		if got := ty.String(); got != want {
+			t.Errorf("Type %d is %q, want %q", int(ty), got, want)
+		}
+	}
+}
+
+// RFC 791: options whose copy flag is clear (Record Route) travel in the
+// first fragment only; Linux overwrites them with no-operations in the
+// others (ip_options_fragment). Router Alert (copied) stays everywhere.
+func TestUDPFragmentsCarryOnlyCopiedIPv4Options(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, mode := range []Csum{Software, HardwareZero} {
+		hdr, pay := build(t, spec{udp: true, ipOpts: true, ipOptsRR: true, payload: 3000}, rng)
+		frames, segs := segment(t, hdr, views(rng, pay, 3), Options{Type: UDPFragment, MSS: 1000, Csum: mode})
+		if len(frames) < 3 {
+			t.Fatalf("%d fragments", len(frames))
+		}
+		for i, f := range frames {
+			v4 := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			var rr, ra bool
+			for _, o := range v4.Options {
+				switch o.OptionType {
+				case 7:
+					rr = true
+				case 0x94:
+					ra = true
+				}
+			}
+			if rr != (i == 0) || !ra || v4.IHL != 8 {
+				t.Fatalf("%v fragment %d: record route %v, router alert %v, IHL %d", mode, i, rr, ra, v4.IHL)
+			}
+			if mode == Software {
+				if ipc, _, _, _ := gopacketChecksums(t, f); v4.Checksum != ipc {
+					t.Fatalf("fragment %d: header checksum %#x, gopacket %#x", i, v4.Checksum, ipc)
+				}
+			}
+		}
+		d := reassemble4(t, frames, segs, mode, 14)
+		if u := gopacket.NewPacket(d, layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeUDP).(*layers.UDP); !bytes.Equal(u.Payload, pay) {
+			t.Fatal("payload does not reassemble")
+		}
+	}
+}
+
+// RFC 8021: an IPv6 datagram that fits one packet is sent whole, not as an
+// atomic fragment (a fragment header with offset 0 and M clear), with its
+// UDP checksum complete.
+func TestIPv6DatagramThatFitsIsNotAnAtomicFragment(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, sp := range []spec{{udp: true, v6: true, payload: 100}, {udp: true, v6: true, hopByHop: true, vlans: 1, payload: 1400}} {
+		for _, mode := range []Csum{Software, HardwareZero} {
+			hdr, pay := build(t, sp, rng)
+			frames, segs := segment(t, hdr, views(rng, pay, 2), Options{Type: UDPFragment, MSS: 1480, Csum: mode, FragID: 7})
+			if len(frames) != 1 {
+				t.Fatalf("%d frames", len(frames))
+			}
+			p := gopacket.NewPacket(frames[0], layers.LayerTypeEthernet, gopacket.Default)
+			if p.Layer(layers.LayerTypeIPv6Fragment) != nil {
+				t.Fatalf("%+v %v: sent as an atomic fragment", sp, mode)
+			}
+			u, ok := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
+			if !ok || !bytes.Equal(u.Payload, pay) || int(u.Length) != 8+len(pay) {
+				t.Fatalf("%+v: not the datagram", sp)
+			}
+			if _, l4, _, _ := gopacketChecksums(t, frames[0]); u.Checksum != l4 || segs[0].InsertL4Csum {
+				t.Fatalf("%+v %v: UDP checksum %#x, gopacket %#x, insert flag %v", sp, mode, u.Checksum, l4, segs[0].InsertL4Csum)
+			}
 		}
 	}
 }

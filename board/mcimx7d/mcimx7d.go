@@ -30,6 +30,7 @@ import (
 
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/pcie"
@@ -148,11 +149,77 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 				irqNs.Add(ARM.GetTime() - t0)
 				irqs.Add(1)
 			case idle.Alarm(id):
+			default:
+				if h := pcieIRQ.Load(); h != nil && h.id == id {
+					t0 := ARM.GetTime()
+					h.fn()
+					h.ns.Add(ARM.GetTime() - t0)
+					h.n.Add(1)
+				}
 			}
 		}
 	})
 	idle.Serve()
 	return n, nil
+}
+
+// irqHandler is the one PCIe device interrupt the service loop
+// dispatches besides ENET1 and the timer.
+type irqHandler struct {
+	id    int
+	fn    func()
+	n, ns atomic.Int64
+}
+
+var pcieIRQ atomic.Pointer[irqHandler]
+
+// E1000E attaches the 82574L d found on rc's bus: BAR0 through the
+// memory window, bus mastering, rings and buffers in the board's DMA
+// region, and its interrupt serviced by the board's interrupt loop: INTx
+// (level, GIC interrupt d.IRQ after swizzling), or with msi one MSI
+// vector through the DesignWare receiver (its SPI, the receiver's status
+// acknowledged before the NIC is serviced). ENET1 must be up (it starts
+// the GIC and the loop). cfg's Regs, Mem, Nanotime and Delay are filled
+// in. The returned function reports interrupts serviced and time spent in
+// the handler.
+func E1000E(rc *pcie.RC, d *pcie.Device, msi bool, cfg e1000e.Config) (*e1000e.NIC, func() (n, ns int64), error) {
+	cfg.Mem = Memory()
+	cfg.Nanotime = Nanotime
+	cfg.Delay = delay
+	mode, id := e1000e.INTx, d.IRQ
+	const vector = 0
+	if msi {
+		// The receiver's address: a bus address in the DMA region that
+		// nothing else uses (the device's write never reaches memory).
+		b, err := cfg.Mem.Alloc(64, 64, dma.Coherent)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mcimx7d: MSI target: %w", err)
+		}
+		if err := rc.EnableMSI(b.Addr()); err != nil {
+			return nil, nil, fmt.Errorf("mcimx7d: %w", err)
+		}
+		mode, id = e1000e.MSI, 32+rc.SoC().MSISPI
+	} else if d.IRQ < 32 {
+		return nil, nil, fmt.Errorf("mcimx7d: e1000e %v: no INTx interrupt (pin %d, IRQ %d)", d.BDF, d.Pin, d.IRQ)
+	}
+	n, err := e1000e.Attach(rc, d, mode, vector, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mcimx7d: %w", err)
+	}
+	if err := n.Init(); err != nil {
+		return nil, nil, fmt.Errorf("mcimx7d: e1000e init: %w", err)
+	}
+	h := &irqHandler{id: id, fn: func() { n.Interrupt() }}
+	if msi {
+		h.fn = func() {
+			if rc.ServeMSI(nil) > 0 {
+				n.Interrupt()
+			}
+		}
+	}
+	pcieIRQ.Store(h)
+	GIC.EnableInterrupt(id, true)
+	return n, func() (int64, int64) { return h.n.Load(), h.ns.Load() }, nil
 }
 
 // delay waits d on the generic timer. The PCIe bring-up runs before the

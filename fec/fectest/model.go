@@ -11,7 +11,10 @@
 // validates RX checksums, filters addresses, counts MIB events, raises EIR
 // events on a level interrupt line, and injects faults: RX overrun and other
 // RX errors, bus errors (EBERR), TDAR cleared early (ERR006358), a stuck
-// MDIO bus. It differs from QEMU's imx.enet as listed in docs/qemu-imx-enet.md.
+// MDIO bus. Its PHY negotiates with a configurable link partner (phy.go).
+// Optionally the uDMA runs asynchronously (AsyncTx) and publishes BDU late
+// (LagBDU). It differs from QEMU's imx.enet as listed in
+// docs/qemu-imx-enet.md.
 package fectest
 
 import (
@@ -37,12 +40,38 @@ type Options struct {
 	// PHYAddr is the MDIO address the PHY answers (default 2, ENET1's PHY on
 	// the i.MX6UL EVK).
 	PHYAddr int
-	// PartnerAdv is the link partner's ANLPAR (default 100/10 full and
-	// half); PartnerGbit adds 1000BASE-T full duplex.
-	PartnerAdv  uint16
-	PartnerGbit bool
+	// PartnerAdv is what the link partner advertises (ANAR bits; default
+	// 100/10 full and half); PartnerGbit adds 1000BASE-T full duplex.
+	// PartnerForced, if set, is a partner with autonegotiation off, fixed
+	// at that speed and duplex: the PHY falls back to parallel detection
+	// (speed sensed, half duplex).
+	PartnerAdv    uint16
+	PartnerGbit   bool
+	PartnerForced *fec.Link
+	// PHYGbit makes the PHY 1000BASE-T capable (a KSZ9021-class RGMII PHY);
+	// otherwise it is a 10/100 PHY (KSZ8081, RMII).
+	PHYGbit bool
 	// ANReads is how many BMSR reads autonegotiation takes to complete.
 	ANReads int
+	// IPGClock is the module clock MDC is divided from (default 66 MHz);
+	// an MDIO frame clocked above 2.5 MHz is a violation.
+	IPGClock uint32
+	// AsyncTx makes the uDMA run only when StepTx is called, as silicon
+	// runs beside the CPU: a TDAR write only sets TDAR. After sending the
+	// last ready frame the uDMA keeps TDAR set for one more step while it
+	// closes (descriptors made ready then are not seen: a missed kick) and
+	// a TDAR write in that window hangs the TX state machine on parts with
+	// ERR007885 (on the others the write is lost).
+	AsyncTx bool
+	// LagBDU makes the uDMA publish a descriptor in two steps: status (E
+	// or R cleared) first, the enhanced words and BDU only at the next
+	// StepBDU (or the next frame). RXF/TXF follow BDU.
+	LagBDU bool
+	// RxFIFO is the receive FIFO in bytes (default 2048; a modelling
+	// choice, not a figure from the manuals). Frames arriving while no
+	// empty descriptor is available wait in it; one that does not fit is
+	// lost and reported with OV on the next descriptor.
+	RxFIFO int
 }
 
 // Faults are injected by tests.
@@ -78,9 +107,24 @@ const (
 
 // Stats counts what the model saw.
 type Stats struct {
-	TxFrames, RxFrames       int
+	TxFrames, RxFrames int
+	// RxNoDescriptor counts frames lost because the RX FIFO overflowed
+	// while no empty descriptor was available.
 	RxNoDescriptor, Filtered int
 	Kicks                    int
+	// SpuriousMII counts MII events raised by an MSCR write (from zero,
+	// with MMFR non-zero) rather than by an MDIO frame.
+	SpuriousMII int
+	// Misclassified counts frames sent to RX rings 1/2 by a stale RCMR.
+	Misclassified int
+	// NoLink counts frames lost because the PHY had no link; LinkMismatch
+	// frames lost because the MAC's speed or duplex differed from the
+	// PHY's; DuplexMismatch frames sent while the PHY and the partner ran
+	// different duplex modes.
+	NoLink, LinkMismatch, DuplexMismatch int
+	// CsumWithoutStrfwd counts frames that asked for checksum insertion
+	// with TFWR.STRFWD clear: they went out with the fields as given.
+	CsumWithoutStrfwd int
 }
 
 const regSpace = 0x800
@@ -94,8 +138,7 @@ type Model struct {
 	txIdx   int
 	rxIdx   int
 	halted  bool // after a bus error, until reset
-	phy     [32]uint16
-	anLeft  int
+	phy     phy
 	peer    func([]byte)
 	irq     chan struct{}
 	faults  Faults
@@ -105,6 +148,50 @@ type Model struct {
 	txBuf   []byte   // scratch, reused so the model allocates nothing per frame
 	bds     []txBD
 	rxBuf   []byte
+	icPend  [2]int // frames counted towards TXIC0 / RXIC0 thresholds
+	txState txState
+	txHung  bool      // ERR007885: TX state machine hung until reset
+	lagged  []lagged  // descriptor words not yet published (LagBDU)
+	fifo    []rxEntry // frames waiting for an empty descriptor
+	fifoLen int       // bytes in fifo
+}
+
+type txState int
+
+const (
+	txIdle    txState = iota // TDAR 0
+	txActive                 // TDAR 1, walking the ring
+	txClosing                // TDAR 1, found no ready descriptor, about to clear TDAR
+)
+
+// lagged is a descriptor update held back by LagBDU.
+type lagged struct {
+	d      *[8]uint32
+	w2, w3 uint32
+	setW3  bool
+	ev     uint32
+}
+
+// flushLagged publishes descriptor words held back by LagBDU: the enhanced
+// words, then BDU, then the events.
+func (m *Model) flushLagged() {
+	l := m.lagged
+	m.lagged = nil
+	for _, x := range l {
+		store(&x.d[2], x.w2)
+		if x.setW3 {
+			store(&x.d[3], x.w3)
+		}
+		store(&x.d[4], fec.BDU)
+		m.raise(x.ev)
+	}
+}
+
+// StepBDU publishes what LagBDU held back.
+func (m *Model) StepBDU() {
+	m.mu.Lock()
+	m.flushLagged()
+	m.mu.Unlock()
 }
 
 // New returns a model in its reset state.
@@ -112,19 +199,15 @@ func New(opts Options) *Model {
 	if opts.PHYAddr == 0 {
 		opts.PHYAddr = 2
 	}
+	if opts.IPGClock == 0 {
+		opts.IPGClock = 66_000_000
+	}
 	if opts.PartnerAdv == 0 {
 		opts.PartnerAdv = fec.ADV_100FULL | fec.ADV_100HALF | fec.ADV_10FULL | fec.ADV_10HALF | 1
 	}
 	m := &Model{opts: opts, mem: opts.Mem, irq: make(chan struct{}, 1)}
 	m.reset()
-	m.phy[fec.MII_BMCR] = fec.BMCR_ANENABLE
-	m.phy[fec.MII_BMSR] = 0x7809 | fec.BMSR_LSTATUS | fec.BMSR_ANEGDONE
-	m.phy[fec.MII_PHYID1], m.phy[fec.MII_PHYID2] = 0x0022, 0x1560 // KSZ8081
-	m.phy[fec.MII_ANAR] = 0x01E1
-	m.phy[fec.MII_ANLPAR] = opts.PartnerAdv
-	if opts.PartnerGbit {
-		m.phy[fec.MII_GBSR] = fec.GBSR_LP1000FD
-	}
+	m.phy.init(&m.opts)
 	return m
 }
 
@@ -141,6 +224,9 @@ func (m *Model) reset() {
 	m.set(fec.ENETx_MIBC, fec.MIBC_DIS|fec.MIBC_IDLE)
 	m.set(fec.ENETx_FTRL, 0x7FF)
 	m.txIdx, m.rxIdx, m.halted = 0, 0, false
+	m.txState, m.txHung = txIdle, false
+	m.fifo, m.fifoLen = nil, 0
+	m.lagged = nil
 }
 
 func (m *Model) get(off uint32) uint32    { return m.regs[off/4] }
@@ -182,22 +268,12 @@ func (m *Model) SetPeer(f func(frame []byte)) {
 	m.mu.Unlock()
 }
 
-// SetLink sets the PHY's link state.
-func (m *Model) SetLink(up bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if up {
-		m.phy[fec.MII_BMSR] |= fec.BMSR_LSTATUS
-	} else {
-		m.phy[fec.MII_BMSR] &^= fec.BMSR_LSTATUS
-	}
-}
-
 // IRQ delivers a token whenever the interrupt line (EIR & EIMR != 0) is
 // asserted.
 func (m *Model) IRQ() <-chan struct{} { return m.irq }
 
 func (m *Model) raise(ev uint32) {
+	ev = m.coalesce(ev)
 	m.regs[fec.ENETx_EIR/4] |= ev
 	if m.get(fec.ENETx_EIR)&m.get(fec.ENETx_EIMR) != 0 {
 		select {
@@ -205,6 +281,30 @@ func (m *Model) raise(ev uint32) {
 		default:
 		}
 	}
+}
+
+// coalesce holds back TXF/RXF while TXIC0/RXIC0 coalescing is enabled
+// until ICFT frames have completed (22.5.14/22.5.15, IMX6ULLRM). The timer
+// threshold is not modelled: a frame count never reached holds the event
+// for good, which is what a stale coalescing setup does to a driver that
+// expects one interrupt per frame.
+func (m *Model) coalesce(ev uint32) uint32 {
+	for k, c := range []struct {
+		bit uint32
+		reg uint32
+	}{{fec.EIR_TXF, fec.ENETx_TXIC0}, {fec.EIR_RXF, fec.ENETx_RXIC0}} {
+		ic := m.get(c.reg)
+		if ev&c.bit == 0 || ic&fec.IC_ICEN == 0 {
+			continue
+		}
+		m.icPend[k]++
+		if m.icPend[k] < int(ic>>fec.IC_ICFT&0xFF) {
+			ev &^= c.bit
+		} else {
+			m.icPend[k] = 0
+		}
+	}
+	return ev
 }
 
 func (m *Model) checkOff(off uint32) bool {
@@ -259,26 +359,56 @@ func (m *Model) write(off, v uint32) {
 		m.set(off, v)
 		if v&fec.ECR_ETHEREN == 0 {
 			m.txIdx, m.rxIdx = 0, 0
+			m.txState, m.txHung = txIdle, false
+			m.fifo, m.fifoLen = nil, 0
 			m.set(fec.ENETx_TDAR, 0)
 			m.set(fec.ENETx_RDAR, 0)
 		} else if v&fec.ECR_DBSWP == 0 {
 			m.violation("ECR.DBSWP clear: descriptors would be read big-endian on ARM")
 		}
 	case fec.ENETx_TDAR:
-		if m.enabled() {
-			m.set(off, fec.DAR_ACTIVE)
-			m.stats.Kicks++
-			if !m.faults.TxStalled {
-				m.processTx()
+		if !m.enabled() {
+			return
+		}
+		m.stats.Kicks++
+		if m.opts.AsyncTx {
+			switch m.txState {
+			case txIdle:
+				m.txState = txActive
+				m.set(off, fec.DAR_ACTIVE)
+			case txClosing:
+				if m.opts.Caps.Has(fec.QuirkERR007885) {
+					m.txHung = true
+					m.violation("TDAR written while the uDMA was clearing it: ERR007885, the TX state machine hangs until reset")
+				}
 			}
+			return
+		}
+		m.set(off, fec.DAR_ACTIVE)
+		if !m.faults.TxStalled {
+			m.processTx(0)
 		}
 	case fec.ENETx_RDAR:
 		if m.enabled() {
 			m.set(off, fec.DAR_ACTIVE)
+			m.drainFIFO()
 		}
 	case fec.ENETx_MMFR:
+		// Writing MMFR starts a frame whenever MSCR[7:0] is non-zero (Linux
+		// fec_enet_mii_init, FEC_QUIRK_CLEAR_SETUP_MII).
 		m.set(off, v)
-		m.mdio(v)
+		if m.get(fec.ENETx_MSCR)&0xFF != 0 {
+			m.mdio(v)
+		}
+	case fec.ENETx_MSCR:
+		// Writing MSCR from zero to non-zero while MMFR is non-zero raises
+		// an MII event with no frame behind it.
+		old := m.get(off)
+		m.set(off, v&0x7FE)
+		if m.get(fec.ENETx_MMFR) != 0 && old&0xFF == 0 && v&0xFF != 0 {
+			m.stats.SpuriousMII++
+			m.raise(fec.EIR_MII)
+		}
 	case fec.ENETx_RDSR, fec.ENETx_TDSR:
 		if v%8 != 0 {
 			m.violation("ring base %#x (register %#x) not 8-byte aligned", v, off)
@@ -321,46 +451,25 @@ func (m *Model) mdio(v uint32) {
 	pa, ra := int(v>>fec.MMFR_PA)&0x1F, int(v>>fec.MMFR_RA)&0x1F
 	op := v >> 28 & 3
 	if v>>30 != 1 {
-		m.violation("MMFR %#08x: not a clause-22 frame", v)
+		m.violation("MMFR %#08x written while MDC runs: a stray frame that is not clause 22 went out on the MDIO bus", v)
+	}
+	mscr := m.get(fec.ENETx_MSCR)
+	if mdc := m.opts.IPGClock / ((mscr>>fec.MSCR_SPEED&0x3F + 1) * 2); mdc > 2_500_000 {
+		m.violation("MDC at %d Hz (IPG clock %d Hz, MSCR %#x): above the 2.5 MHz of IEEE 802.3 clause 22", mdc, m.opts.IPGClock, mscr)
 	}
 	switch op {
 	case 1: // write
 		if pa == m.opts.PHYAddr {
-			m.phyWrite(ra, uint16(v))
+			m.phy.write(ra, uint16(v))
 		}
 	case 2: // read
 		d := uint16(0xFFFF)
 		if pa == m.opts.PHYAddr {
-			d = m.phyRead(ra)
+			d = m.phy.read(ra)
 		}
 		m.set(fec.ENETx_MMFR, v&^0xFFFF|uint32(d))
 	}
 	m.raise(fec.EIR_MII)
-}
-
-func (m *Model) phyRead(ra int) uint16 {
-	if ra == fec.MII_BMSR && m.anLeft > 0 {
-		m.anLeft--
-		if m.anLeft == 0 {
-			m.phy[fec.MII_BMSR] |= fec.BMSR_ANEGDONE
-		}
-	}
-	return m.phy[ra]
-}
-
-func (m *Model) phyWrite(ra int, v uint16) {
-	switch ra {
-	case fec.MII_BMCR:
-		if v&fec.BMCR_ANRESTART != 0 {
-			m.phy[fec.MII_BMSR] &^= fec.BMSR_ANEGDONE
-			m.anLeft = max(m.opts.ANReads, 1)
-		}
-		m.phy[ra] = v &^ (fec.BMCR_RESET | fec.BMCR_ANRESTART) // self-clearing
-	case fec.MII_BMSR, fec.MII_PHYID1, fec.MII_PHYID2, fec.MII_ANLPAR, fec.MII_GBSR:
-		// read only
-	default:
-		m.phy[ra] = v
-	}
 }
 
 // desc returns the words of descriptor i of the ring at base.
@@ -394,13 +503,54 @@ type txBD struct {
 	ext uint32
 }
 
-// processTx walks the TX ring from the current descriptor while R is set.
-func (m *Model) processTx() {
+// StepTx runs the asynchronous uDMA (Options.AsyncTx) one step: send one
+// ready frame, or find none and start closing, or finish closing and clear
+// TDAR. It reports whether TDAR was set.
+func (m *Model) StepTx() bool {
+	m.mu.Lock()
+	active := m.get(fec.ENETx_TDAR) != 0
+	switch {
+	case !active || !m.enabled():
+	case m.txHung || m.faults.TxStalled:
+	case m.txState == txClosing:
+		m.txState = txIdle
+		m.set(fec.ENETx_TDAR, 0)
+	default:
+		m.processTx(1)
+	}
+	out, peer := m.pending, m.peer
+	m.pending = nil
+	m.mu.Unlock()
+	if peer != nil {
+		for _, f := range out {
+			peer(f)
+		}
+	}
+	return active
+}
+
+// txDone ends a walk of the ring: synchronously TDAR clears at once;
+// asynchronously it stays set while the uDMA closes.
+func (m *Model) txDone() {
+	if m.opts.AsyncTx {
+		m.txState = txClosing
+		return
+	}
+	m.set(fec.ENETx_TDAR, 0)
+}
+
+// processTx walks the TX ring from the current descriptor while R is set,
+// at most limit frames (0: no limit).
+func (m *Model) processTx(limit int) {
+	m.flushLagged()
 	base := m.get(fec.ENETx_TDSR)
 	enh := m.enhanced()
 	frames := 0
 	for {
 		if m.busFault() {
+			return
+		}
+		if limit > 0 && frames == limit {
 			return
 		}
 		start := m.txIdx
@@ -410,7 +560,7 @@ func (m *Model) processTx() {
 			return
 		}
 		if fec.TxStatus(load(&d[0])>>16)&fec.TX_R == 0 {
-			m.set(fec.ENETx_TDAR, 0)
+			m.txDone()
 			return
 		}
 		if m.faults.ClearTDAREarly > 0 && frames == 1 {
@@ -482,8 +632,25 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 			m.violation("TX frame: PINS/IINS differ between its descriptors (which one silicon samples is unconfirmed)")
 		}
 	}
-	if enh && opt != 0 {
-		insertChecksums(frame, opt&fec.TXE_IINS != 0, opt&fec.TXE_PINS != 0)
+	if !enh {
+		opt = 0
+	}
+	// TACC applies to every frame (22.5.33): SHIFT16 drops the first two
+	// bytes, IPCHK/PROCHK insert checksums as IINS/PINS do.
+	tacc := m.get(fec.ENETx_TACC)
+	if tacc&fec.TACC_SHIFT16 != 0 {
+		frame = frame[min(2, len(frame)):]
+	}
+	ip, l4 := opt&fec.TXE_IINS != 0 || tacc&fec.TACC_IPCHK != 0, opt&fec.TXE_PINS != 0 || tacc&fec.TACC_PROCHK != 0
+	if ip || l4 {
+		// The MAC can only insert a checksum computed over the whole frame,
+		// which it holds only in store-and-forward mode; without STRFWD the
+		// frame goes out with the fields as given.
+		if m.get(fec.ENETx_TFWR)&fec.TFWR_STRFWD != 0 {
+			insertChecksums(frame, ip, l4)
+		} else {
+			m.stats.CsumWithoutStrfwd++
+		}
 	}
 	if len(frame) < 60 {
 		m.violation("TX frame of %d bytes: runt on the wire (the driver must pad to 60)", len(frame))
@@ -502,16 +669,24 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 		ls := load(&b.d[0])
 		store(&b.d[0], ls&^(uint32(fec.TX_R)<<16))
 		if enh {
-			store(&b.d[4], fec.BDU)
+			w2 := load(&b.d[2])
 			if k == len(bds)-1 {
-				store(&b.d[2], b.ext&0xFFFF0000|errw)
+				w2 = b.ext&0xFFFF0000 | errw
 			}
+			var bev uint32
 			if b.ext&fec.TXE_INT != 0 {
-				ev |= fec.EIR_TXB
+				bev |= fec.EIR_TXB
 				if k == len(bds)-1 {
-					ev |= fec.EIR_TXF
+					bev |= fec.EIR_TXF
 				}
 			}
+			if m.opts.LagBDU {
+				m.lagged = append(m.lagged, lagged{d: b.d, w2: w2, ev: bev})
+				continue
+			}
+			store(&b.d[2], w2)
+			store(&b.d[4], fec.BDU)
+			ev |= bev
 		} else {
 			ev |= fec.EIR_TXB
 			if k == len(bds)-1 {
@@ -529,7 +704,7 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 	}
 	m.stats.TxFrames++
 	m.mibFrame(&mibTx, frame)
-	if m.peer != nil {
+	if m.peer != nil && m.wireOK() {
 		m.pending = append(m.pending, bytes.Clone(frame))
 	}
 }
@@ -612,33 +787,51 @@ func hashIndex(a [6]byte) int {
 	return int(crc >> 26)
 }
 
+// rxEntry is a received frame on its way to a descriptor.
+type rxEntry struct {
+	data   []byte // buffer content: SHIFT16 pad, frame, FCS (truncated at FTRL)
+	frame  []byte // the frame as received, for the MIB counters
+	st     fec.RxStatus
+	e0, e1 uint32
+	crcErr bool
+}
+
 // Deliver is a frame (without FCS) arriving from the wire, with an optional
-// injected fault. It reports whether the frame reached a descriptor.
+// injected fault. The frame goes to the next empty descriptor, or waits in
+// the RX FIFO while there is none (RDAR clear or the ring full) and is
+// written when the driver writes RDAR; a frame that does not fit in the
+// FIFO is lost (IEEE_R_MACERR) and the next descriptor reports OV. It
+// reports whether the frame was accepted (written or held).
 func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.enabled() {
+	m.flushLagged()
+	if !m.enabled() || !m.wireOK() {
 		return false
 	}
 	if !m.accept(frame) {
 		m.stats.Filtered++
 		return false
 	}
+	if ring := m.classify(frame); ring != 0 {
+		m.stats.Misclassified++
+		m.violation("RX frame classified to ring %d by RCMR%d = %#x, a ring the driver never set up", ring, ring, m.get(fec.ENETx_RCMR1+uint32(ring-1)*4))
+		return false
+	}
 	if m.busFault() {
 		return false
 	}
-	enh := m.enhanced()
-	base := m.get(fec.ENETx_RDSR)
-	mrbr := int(m.get(fec.ENETx_MRBR))
-	if mrbr == 0 {
+	if m.get(fec.ENETx_MRBR) == 0 {
 		m.violation("RX with MRBR = 0")
 		return false
 	}
-	// Buffer content: SHIFT16 pad, frame, FCS.
+	enh := m.enhanced()
+	// Buffer content: SHIFT16 pad, frame, FCS. SHIFT16 applies with legacy
+	// descriptors too (RACC is not tied to EN1588; QEMU honours it only
+	// with enhanced ones).
 	data := m.rxBuf[:0]
 	defer func() { m.rxBuf = data[:0] }()
-	shift := enh && m.opts.Caps.Has(fec.QuirkRACC) && m.get(fec.ENETx_RACC)&fec.RACC_SHIFT16 != 0
-	if shift {
+	if m.opts.Caps.Has(fec.QuirkRACC) && m.get(fec.ENETx_RACC)&fec.RACC_SHIFT16 != 0 {
 		data = append(data, 0, 0)
 	}
 	data = append(data, frame...)
@@ -669,73 +862,131 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 		}
 	}
 	// Checksum verdict, header length and protocol (enhanced, csum parts).
-	var e0, e1 uint32
+	e := rxEntry{data: data, frame: frame, st: st, crcErr: fault == RxCRC}
 	if enh && m.opts.Caps.Has(fec.QuirkCsum) {
-		e0, e1 = rxChecksum(frame)
+		e.e0, e.e1 = rxChecksum(frame)
 	}
 	if fault == RxMACError {
-		e0 |= fec.RXE_ME
+		e.e0 |= fec.RXE_ME
 	}
-	total := len(data)
+	if len(m.fifo) == 0 && m.rxReady() {
+		m.writeRx(&e)
+		return true
+	}
+	size := m.opts.RxFIFO
+	if size == 0 {
+		size = 2048
+	}
+	if m.fifoLen+len(data) > size {
+		// Overflow: the frame is lost and the MAC flags the overrun on
+		// the next descriptor it writes.
+		m.stats.RxNoDescriptor++
+		m.mibAdd("IEEE_R_MACERR", 1)
+		if k := len(m.fifo); k == 0 || m.fifo[k-1].st != fec.RX_OV || m.fifo[k-1].frame != nil {
+			m.fifo = append(m.fifo, rxEntry{st: fec.RX_OV})
+		}
+		return false
+	}
+	e.data, e.frame = bytes.Clone(data), bytes.Clone(frame)
+	m.fifo = append(m.fifo, e)
+	m.fifoLen += len(data)
+	return true
+}
+
+// rxReady reports whether the uDMA has an empty descriptor to write. As on
+// silicon, finding the next descriptor not empty clears RDAR.
+func (m *Model) rxReady() bool {
+	if m.get(fec.ENETx_RDAR) == 0 {
+		return false
+	}
+	d, ok := m.desc(m.get(fec.ENETx_RDSR), m.rxIdx)
+	if !ok {
+		return false
+	}
+	if fec.RxStatus(load(&d[0])>>16)&fec.RX_E == 0 {
+		m.set(fec.ENETx_RDAR, 0)
+		return false
+	}
+	return true
+}
+
+// drainFIFO writes held frames while empty descriptors last.
+func (m *Model) drainFIFO() {
+	for len(m.fifo) > 0 && m.rxReady() {
+		e := m.fifo[0]
+		m.fifo = m.fifo[1:]
+		m.fifoLen -= len(e.data)
+		m.writeRx(&e)
+	}
+}
+
+// writeRx writes e into descriptors from the current one.
+func (m *Model) writeRx(e *rxEntry) {
+	enh := m.enhanced()
+	base := m.get(fec.ENETx_RDSR)
+	mrbr := int(m.get(fec.ENETx_MRBR))
+	data := e.data
 	var ev uint32
 	for off := 0; ; {
-		if m.get(fec.ENETx_RDAR) == 0 {
-			m.stats.RxNoDescriptor++
-			m.mibAdd("IEEE_R_MACERR", 1)
-			return false
-		}
 		d, ok := m.desc(base, m.rxIdx)
 		if !ok {
-			return false
+			return
 		}
 		ls := load(&d[0])
 		bst := fec.RxStatus(ls >> 16)
 		if bst&fec.RX_E == 0 {
-			// No empty descriptor: the FIFO overflows and the frame is lost.
 			m.set(fec.ENETx_RDAR, 0)
 			m.stats.RxNoDescriptor++
 			m.mibAdd("IEEE_R_MACERR", 1)
-			if off > 0 {
-				m.violation("RX ring ran out in the middle of a frame")
-			}
-			return false
+			m.violation("RX ring ran out in the middle of a frame")
+			return
 		}
 		addr := load(&d[1])
 		if a := m.opts.Caps.RxAlign; a > 1 && int(addr)%a != 0 {
 			m.violation("RX descriptor %d: buffer %#x not %d-byte aligned", m.rxIdx, addr, a)
 		}
 		chunk := min(mrbr, len(data)-off)
-		if err := m.mem.DeviceWrite(dma.Addr(addr), data[off:off+chunk]); err != nil {
-			m.violation("RX descriptor %d: %v", m.rxIdx, err)
+		if chunk > 0 {
+			if err := m.mem.DeviceWrite(dma.Addr(addr), data[off:off+chunk]); err != nil {
+				m.violation("RX descriptor %d: %v", m.rxIdx, err)
+			}
 		}
 		off += chunk
 		last := off == len(data)
 		nst := bst & (fec.RX_W | fec.RX_RO1 | fec.RX_RO2)
 		length := mrbr
 		if last {
-			nst |= fec.RX_L | st
-			length = total
+			nst |= fec.RX_L | e.st
+			length = len(data)
 		}
-		var ctl uint32
-		if enh {
-			ctl = load(&d[2]) & 0xFFFF0000
-			x := ctl
+		var bev uint32
+		ctl := load(&d[2]) & 0xFFFF0000
+		if !enh || ctl&fec.RXE_INT != 0 {
+			bev |= fec.EIR_RXB
 			if last {
-				x |= e0
+				bev |= fec.EIR_RXF
 			}
-			store(&d[2], x)
-			if last {
-				store(&d[3], e1)
-			}
-			store(&d[4], fec.BDU)
 		}
 		store(&d[0], uint32(length)&0xFFFF|uint32(nst)<<16)
-		if !enh || ctl&fec.RXE_INT != 0 {
-			ev |= fec.EIR_RXB
+		if enh {
+			l := lagged{d: d, w2: ctl, ev: bev}
 			if last {
-				ev |= fec.EIR_RXF
+				l.w2 |= e.e0
+				l.w3, l.setW3 = e.e1, true
+			}
+			if m.opts.LagBDU {
+				// Status first; the enhanced words, BDU and the event later.
+				m.lagged = append(m.lagged, l)
+				bev = 0
+			} else {
+				store(&d[2], l.w2)
+				if l.setW3 {
+					store(&d[3], l.w3)
+				}
+				store(&d[4], fec.BDU)
 			}
 		}
+		ev |= bev
 		if bst&fec.RX_W != 0 {
 			m.rxIdx = 0
 		} else {
@@ -745,38 +996,79 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 			break
 		}
 	}
-	m.stats.RxFrames++
-	m.mibFrame(&mibRx, frame)
-	if fault == RxCRC {
+	if e.frame != nil {
+		m.stats.RxFrames++
+		m.mibFrame(&mibRx, e.frame)
+	}
+	if e.crcErr {
 		m.mibAdd("IEEE_R_CRC", 1)
 	}
 	m.raise(ev)
-	return true
 }
 
-// rxChecksum checks what the MAC checks: the IPv4 header checksum and the
-// TCP/UDP checksum of unfragmented IPv4/IPv6 packets.
+// classify returns the RX ring (1 or 2) a VLAN-tagged frame is steered to
+// by RCMR1/RCMR2 on the multi-queue parts: MATCHEN set and the frame's
+// priority equal to one of CMP0..CMP3 (bits 2:0, 6:4, 10:8, 14:12; Linux
+// fec.h RCMR_CMP_CFG). 0 is ring 0.
+func (m *Model) classify(f []byte) int {
+	if !m.opts.Caps.Has(fec.QuirkMultiQueue) || len(f) < 16 || binary.BigEndian.Uint16(f[12:]) != pkt.EtherTypeVLAN {
+		return 0
+	}
+	pcp := uint32(f[14] >> 5)
+	for ring, reg := range []uint32{fec.ENETx_RCMR1, fec.ENETx_RCMR2} {
+		v := m.get(reg)
+		if v&fec.RCMR_MATCHEN == 0 {
+			continue
+		}
+		for k := 0; k < 4; k++ {
+			if v>>(4*k)&7 == pcp {
+				return ring + 1
+			}
+		}
+	}
+	return 0
+}
+
+// rxChecksum is the receive accelerator's verdict as the enhanced RX
+// descriptor reports it (Table 22-35, IMX6ULLRM): e0 carries ICE, PCR,
+// VLAN, IPV6 and FRAG; e1 the protocol type in bits 23:16 and the IP+L4
+// header length in 32-bit words in bits 31:27 (0 for a frame that is not
+// IP). As on silicon, ICE is set for a frame that is not IP and for an IP
+// datagram with under 3 bytes of payload as well as for a bad IPv4 header
+// checksum, and PCR whenever the TCP/UDP checksum was not found good: a bad
+// one, a fragment, a protocol other than TCP and UDP. The payload checksum
+// (bits 15:0) is not modelled and left 0.
 func rxChecksum(f []byte) (e0, e1 uint32) {
 	h, err := pkt.Parse(f)
-	if err != nil || h.IPEnd > len(f) || h.L4 > h.IPEnd {
-		return 0, 0
-	}
 	if h.VLANs > 0 {
 		e0 |= fec.RXE_VLAN
 	}
+	if err != nil || h.IPEnd > len(f) || h.L4 > h.IPEnd {
+		return e0 | fec.RXE_ICE, 0
+	}
 	if h.IPv6 {
 		e0 |= fec.RXE_IPV6
-	} else if !pkt.IPv4HeaderOK(f, h) {
-		e0 |= fec.RXE_ICE
 	}
 	if h.Fragment {
 		e0 |= fec.RXE_FRAG
 	}
-	if ok, checked := pkt.TransportOK(f, h); checked && !ok {
+	payload := h.IPEnd - h.L4
+	if payload < 3 || !pkt.IPv4HeaderOK(f, h) {
+		e0 |= fec.RXE_ICE
+	}
+	l4hdr := 0
+	switch {
+	case h.Fragment:
+	case h.Proto == pkt.ProtoTCP && payload >= 20:
+		l4hdr = int(f[h.L4+12]>>4) * 4
+	case h.Proto == pkt.ProtoUDP && payload >= 8:
+		l4hdr = 8
+	}
+	if ok, checked := pkt.TransportOK(f, h); !ok || !checked || payload < 3 {
 		e0 |= fec.RXE_PCR
 	}
-	hl := (h.L4 - h.L3) / 4
-	e1 = uint32(h.Proto)<<24 | uint32(max(hl, 1))<<16
+	hl := min((h.L4-h.L3+l4hdr)/4, 31)
+	e1 = uint32(hl)<<fec.RXE1_HLEN_SHIFT | uint32(h.Proto&0xFF)<<fec.RXE1_PROTO_SHIFT
 	return e0, e1
 }
 

@@ -27,10 +27,13 @@ type TxDone struct {
 
 // RigOptions tune NewRig.
 type RigOptions struct {
-	SoC     fec.SoC
-	Config  func(*fec.Config) // adjusts the driver configuration
-	Model   func(*Options)    // adjusts the model
-	Mem     *dmatest.Memory   // shared memory (default: a new one)
+	SoC    fec.SoC
+	Config func(*fec.Config) // adjusts the driver configuration
+	Model  func(*Options)    // adjusts the model
+	// Prepare runs on the model before the driver's Init (state left by a
+	// boot loader, say).
+	Prepare func(*Model)
+	Mem     *dmatest.Memory // shared memory (default: a new one)
 	MAC     [6]byte
 	NoTrace bool
 	// NoDone skips recording completions (for benchmarks).
@@ -73,6 +76,9 @@ func NewRig(t testing.TB, o RigOptions) *Rig {
 	}
 	if r.NIC, err = fec.New(cfg); err != nil {
 		t.Fatal(err)
+	}
+	if o.Prepare != nil {
+		o.Prepare(r.Model)
 	}
 	if err := r.NIC.Init(); err != nil {
 		t.Fatal(err)

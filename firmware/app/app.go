@@ -8,12 +8,16 @@
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo;
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
-//     GET / (a small status page).
+//     GET / (a small status page). POST /mode needs the header
+//     "Authorization: Bearer <token>" with the image's control token; an
+//     image built without one refuses every POST /mode (403);
+//   - TCP and UDP 5201: an iperf3 server.
 package app
 
 import (
 	"bufio"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -82,6 +86,12 @@ type Controls interface {
 	IdleNanoseconds() int64
 }
 
+// BuildControlToken is the control token an image is built with
+// (make firmware CONTROL_TOKEN=..., which links it in with
+// -ldflags "-X github.com/tamanic/tamanic/firmware/app.BuildControlToken=...").
+// It is only read, as the default of Server.ControlToken.
+var BuildControlToken string
+
 // Server runs the services.
 type Server struct {
 	Stack *stack.Stack
@@ -89,6 +99,10 @@ type Server struct {
 	Addr  tcpip.Address
 	Ctl   Controls
 	Boot  time.Time
+	// ControlToken authorises POST /mode (header "Authorization: Bearer
+	// <token>"). Empty (and BuildControlToken empty): the control port is
+	// closed and every POST /mode is refused with 403.
+	ControlToken string
 
 	// noHash makes the sink count bytes without hashing them (POST
 	// /mode?hash=0), so that a benchmark measures the network path and not
@@ -121,6 +135,9 @@ func (s *Server) Start() error {
 	udp, err := gonet.DialUDP(s.Stack, &tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: EchoPort}, nil, ipv4.ProtocolNumber)
 	if err != nil {
 		return fmt.Errorf("app: udp %d: %v", EchoPort, err)
+	}
+	if _, err := s.StartIperf3(); err != nil {
+		return err
 	}
 	go accept(sink, s.serveSink)
 	go accept(src, s.serveSource)
@@ -236,7 +253,31 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()})
 }
 
+// authorised checks r's bearer token against the server's control token,
+// in constant time, and answers the request itself when it fails: 403 when
+// the image has no token (the control port is closed), 401 otherwise.
+func (s *Server) authorised(w http.ResponseWriter, r *http.Request) bool {
+	tok := s.ControlToken
+	if tok == "" {
+		tok = BuildControlToken
+	}
+	if tok == "" {
+		http.Error(w, "control port closed: this image was built without a control token (make firmware CONTROL_TOKEN=...)", http.StatusForbidden)
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tamanic"`)
+		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+		return false
+	}
+	return true
+}
+
 func (s *Server) mode(w http.ResponseWriter, r *http.Request) {
+	if !s.authorised(w, r) {
+		return
+	}
 	tx := r.URL.Query().Get("tx")
 	var cb *int
 	if v := r.URL.Query().Get("copybreak"); v != "" {

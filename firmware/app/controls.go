@@ -65,11 +65,30 @@ func (c *NICControls) IdleNanoseconds() int64 { return c.Idle() }
 
 // NICStats is the "nic" member of /stats.
 type NICStats struct {
+	Link     LinkStats         `json:"link"`
 	Driver   fec.Stats         `json:"driver"`
 	Endpoint netstack.Stats    `json:"endpoint"`
 	MIB      map[string]uint32 `json:"mib"`
 	IRQs     int64             `json:"irqs"`
 	IRQNs    int64             `json:"irq_ns"`
+}
+
+// LinkStats is the link as the driver runs it: up or down, speed and
+// duplex of the last negotiation, and how often it went up and down.
+type LinkStats struct {
+	Up        bool   `json:"up"`
+	SpeedMbps int    `json:"speed_mbps"`
+	Duplex    string `json:"duplex"`
+	Ups       uint64 `json:"ups"`
+	Downs     uint64 `json:"downs"`
+}
+
+func linkStats(st fec.Stats) LinkStats {
+	d := "half"
+	if st.Link.FullDuplex {
+		d = "full"
+	}
+	return LinkStats{Up: st.Link.Up, SpeedMbps: st.Link.Speed, Duplex: d, Ups: st.LinkUps, Downs: st.LinkDowns}
 }
 
 // Stats implements Controls.
@@ -78,7 +97,8 @@ func (c *NICControls) Stats() any {
 	for _, x := range c.NIC.MIB() {
 		m[x.Name] = x.Value
 	}
-	st := NICStats{Driver: c.NIC.Stats(), Endpoint: c.EP.Stats(), MIB: m}
+	drv := c.NIC.Stats()
+	st := NICStats{Link: linkStats(drv), Driver: drv, Endpoint: c.EP.Stats(), MIB: m}
 	if c.Interrupts != nil {
 		st.IRQs, st.IRQNs = c.Interrupts()
 	}
@@ -119,6 +139,17 @@ func NewStack(ep stack.LinkEndpoint, mac [6]byte, addr netip.Prefix, gw netip.Ad
 	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	// Nagle on, as Linux has it by default (gVisor has it off). Without it
+	// every small write is a segment, and gVisor's receiver, which charges
+	// each segment's memory against a window advertised in payload bytes,
+	// drops in-window segments: a peer of ours writing 64 bytes at a time
+	// crawls on retransmission timeouts (TestSmallWritesDoNotCrawl,
+	// netstack's TestGVisorSmallWritesCrawlWithoutNagle). The services
+	// write in large blocks, so they lose nothing to it.
+	delay := tcpip.TCPDelayEnabled(true)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
+		return nil, fmt.Errorf("app: TCP delay: %v", err)
+	}
 	return s, nil
 }
 

@@ -6,25 +6,37 @@
 // gVisor endpoint and the services of package app. It prints
 // "READY ip=... mac=... mode=..." on the console when serving.
 //
-// The address is set at build time:
+// When an Intel 82574L (QEMU's e1000e) is on the PCIe bus, it becomes a
+// second interface of the same gVisor stack (NIC 2) with its own address
+// and its own instance of the services, and /stats of both interfaces
+// reports it under nic.e1000e ("E1000E ip=... mac=..." on the console).
 //
-//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2"
+// The addresses are set at build time:
+//
+//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2 -X main.E1000EIP=10.0.2.1/24"
 package main
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/tamanic/tamanic/board/mcimx7d"
+	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/netstack/fecdev"
+	"github.com/tamanic/tamanic/pcie"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // Build-time settings.
@@ -32,22 +44,130 @@ var (
 	IP      = "10.0.0.1/24"
 	Gateway = "10.0.0.2"
 	Mode    = "tso"
+	// E1000EIP is the 82574L's address and prefix: QEMU's default user
+	// network is 10.0.2.0/24 with the host at 10.0.2.2.
+	E1000EIP = "10.0.2.1/24"
+	// E1000EIRQ selects the 82574L's interrupt: "intx" (INTA) or "msi"
+	// (through the DesignWare MSI receiver).
+	E1000EIRQ = "intx"
 )
 
-// controls adds the PCIe report to the NIC's /stats document.
+// controls adds the PCIe report and the 82574L to the NIC's /stats
+// document.
 type controls struct {
 	*app.NICControls
-	pcie mcimx7d.PCIeReport
+	pcie   mcimx7d.PCIeReport
+	e1000e *e1000eControls
 }
 
-// Stats returns the NIC's members with "pcie" added.
+// Stats returns the NIC's members with "pcie" (and "e1000e") added.
 func (c controls) Stats() any {
 	m := map[string]any{}
 	if b, err := json.Marshal(c.NICControls.Stats()); err == nil {
 		_ = json.Unmarshal(b, &m)
 	}
 	m["pcie"] = c.pcie
+	if c.e1000e != nil {
+		m["e1000e"] = c.e1000e.Stats()
+	}
 	return m
+}
+
+// e1000eControls implements app.Controls for the 82574L: "tso" is
+// hardware TCP segmentation for connections established from now on,
+// "sg" turns it off (TX always gathers fragments in place: there is no
+// bounce mode). Copybreak does not apply (every frame is copied once by
+// the endpoint, its buffer refilled at once).
+type e1000eControls struct {
+	nic  *e1000e.NIC
+	ep   *netstack.Endpoint
+	irqs func() (n, ns int64)
+}
+
+func (c *e1000eControls) SetMode(tx string, _ *int) error {
+	switch tx {
+	case "tso":
+		c.ep.SetTSO(true)
+	case "sg":
+		c.ep.SetTSO(false)
+	default:
+		return fmt.Errorf("e1000e: unknown tx mode %q (want sg or tso)", tx)
+	}
+	return nil
+}
+
+func (c *e1000eControls) Mode() (string, int) {
+	if c.ep.TSO() {
+		return "tso", 0
+	}
+	return "sg", 0
+}
+
+func (c *e1000eControls) IdleNanoseconds() int64 { return mcimx7d.IdleNanoseconds() }
+
+// e1000eStats is the 82574L's /stats member: the driver's counters, the
+// endpoint's, the statistics registers, the link and interrupts.
+type e1000eStats struct {
+	Driver   e1000e.Stats   `json:"driver"`
+	Endpoint netstack.Stats `json:"endpoint"`
+	HW       e1000e.HWStats `json:"hw"`
+	Link     e1000e.Link    `json:"link"`
+	IRQs     int64          `json:"irqs"`
+	IRQNs    int64          `json:"irq_ns"`
+}
+
+func (c *e1000eControls) Stats() any {
+	s := e1000eStats{Driver: c.nic.Stats(), Endpoint: c.ep.Stats(), HW: c.nic.HWStats(), Link: c.nic.Link()}
+	s.IRQs, s.IRQNs = c.irqs()
+	return s
+}
+
+// addE1000E brings up the 82574L d as NIC 2 of s and serves on it.
+func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1000eControls, error) {
+	addr, err := netip.ParsePrefix(E1000EIP)
+	if err != nil {
+		return nil, fmt.Errorf("E1000EIP %q: %v", E1000EIP, err)
+	}
+	var ep *netstack.Endpoint
+	nic, irqs, err := mcimx7d.E1000E(rc, d, E1000EIRQ == "msi", e1000e.Config{})
+	if err != nil {
+		return nil, err
+	}
+	nic.SetAllMulticast(true) // gVisor never says which groups it joins
+	ep, err = netstack.New(netstack.Options{Device: e1000e.Device{NIC: nic}, TSO: true, AckFilter: true, GRO: true,
+		Clock: mcimx7d.Nanotime})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CreateNIC(2, ep); err != nil {
+		return nil, fmt.Errorf("e1000e: CreateNIC: %v", err)
+	}
+	a4 := tcpip.AddrFrom4(addr.Addr().As4())
+	if err := s.AddProtocolAddress(2, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
+		return nil, fmt.Errorf("e1000e: address: %v", err)
+	}
+	m := nic.MAC()
+	if err := s.AddProtocolAddress(2, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
+		AddressWithPrefix: header.LinkLocalAddr(tcpip.LinkAddress(m[:])).WithPrefix()}, stack.AddressProperties{}); err != nil {
+		return nil, fmt.Errorf("e1000e: IPv6 link-local: %v", err)
+	}
+	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(addr.Masked().Addr().As4()),
+		tcpip.MaskFromBytes(net.CIDRMask(addr.Bits(), 32)))
+	if err != nil {
+		return nil, fmt.Errorf("e1000e: subnet: %v", err)
+	}
+	// The e1000e's subnet first; the default route stays on ENET1.
+	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: 2}}, s.GetRouteTable()...))
+	c := &e1000eControls{nic: nic, ep: ep, irqs: irqs}
+	srv := &app.Server{Stack: s, NIC: 2, Addr: a4, Ctl: c, Boot: boot}
+	if err := srv.Start(); err != nil {
+		return nil, err
+	}
+	l := nic.Link()
+	fmt.Printf("E1000E ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v speed=%d irq=%s\n",
+		addr, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
+	return c, nil
 }
 
 func main() {
@@ -68,7 +188,7 @@ func main() {
 	if err != nil {
 		panic(fmt.Sprintf("Gateway %q: %v", Gateway, err))
 	}
-	_, rep := mcimx7d.PCIe()
+	rc, rep := mcimx7d.PCIe()
 	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
 	if rep.Error != "" {
 		fmt.Printf(" error=%q", rep.Error)
@@ -106,7 +226,18 @@ func main() {
 	if err := nc.SetMode(Mode, nil); err != nil {
 		panic(err)
 	}
-	srv := &app.Server{Stack: s, NIC: 1, Addr: tcpip.AddrFrom4(addr.Addr().As4()), Ctl: controls{nc, rep}, Boot: boot}
+	ctl := controls{NICControls: nc, pcie: rep}
+	if rc != nil {
+		if d := e1000e.Find(rc.Devices()); d != nil {
+			c, err := addE1000E(s, rc, d, boot)
+			if err != nil {
+				// Reported, not fatal: ENET1 still serves.
+				fmt.Printf("E1000E error=%q\n", err.Error())
+			}
+			ctl.e1000e = c
+		}
+	}
+	srv := &app.Server{Stack: s, NIC: 1, Addr: tcpip.AddrFrom4(addr.Addr().As4()), Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {
 		panic(err)
 	}

@@ -34,11 +34,15 @@ var (
 
 // Headers are the offsets of a frame's headers.
 type Headers struct {
-	L3, L4   int  // offsets of the IP and transport headers
-	Proto    int  // transport protocol
-	IPv6     bool // else IPv4
-	Fragment bool // an IP fragment: no transport checksum can be computed
-	VLANs    int  // 802.1Q/802.1ad tags skipped
+	L3, L4 int  // offsets of the IP and transport headers
+	Proto  int  // transport protocol
+	IPv6   bool // else IPv4
+	// Fragment: an IP fragment; no transport checksum can be computed from
+	// it alone. For IPv6, L4 is then the start of the fragmentable part
+	// (the fragment header is the 8 bytes before it) and Proto the first
+	// header in it.
+	Fragment bool
+	VLANs    int // 802.1Q/802.1ad tags skipped
 	// CsumOff is the offset of the transport checksum field, or -1 when the
 	// protocol has none the NIC handles (anything but TCP and UDP, or a
 	// fragment).
@@ -96,26 +100,36 @@ func Parse(f []byte) (Headers, error) {
 		}
 		h.IPv6 = true
 		h.IPEnd = h.L3 + 40 + int(binary.BigEndian.Uint16(ip[4:]))
+		// Walk the whole extension-header chain, however long (each header
+		// is at least 8 bytes, so the frame bounds the walk). A transport
+		// header behind a long chain still has a checksum that somebody
+		// must verify.
 		next, o := int(ip[6]), h.L3+40
-		for i := 0; i < 8; i++ {
+	chain:
+		for {
 			switch next {
 			case 0, 43, 60: // hop-by-hop, routing, destination options
 				if len(f) < o+8 {
 					return h, ErrTruncated
 				}
 				next, o = int(f[o]), o+8+int(f[o+1])*8
-				continue
 			case 44: // fragment
 				if len(f) < o+8 {
 					return h, ErrTruncated
 				}
-				if binary.BigEndian.Uint16(f[o+2:])&0xFFF9 != 0 {
-					h.Fragment = true
-				}
+				fo := binary.BigEndian.Uint16(f[o+2:])
 				next, o = int(f[o]), o+8
-				continue
+				if fo&0xFFF9 != 0 {
+					// A real fragment: what follows is the fragmentable
+					// part (in later fragments, payload bytes, not
+					// headers). L4 is where it starts, just after the
+					// fragment header; Proto is its first header.
+					h.Fragment = true
+					break chain
+				}
+			default:
+				break chain
 			}
-			break
 		}
 		if o > len(f) {
 			return h, ErrTruncated // extension headers run past the frame

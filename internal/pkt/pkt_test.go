@@ -204,3 +204,57 @@ func TestChecksumVerifiers(t *testing.T) {
 		t.Fatal("corrupt IPv4 header accepted")
 	}
 }
+
+// v6Frame is an Ethernet frame with an IPv6 header whose next header is
+// next, followed by body (payload length set from it).
+func v6Frame(next byte, body []byte) []byte {
+	f := append([]byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xDD, 0x60, 0, 0, 0, 0, 0, next, 64}, make([]byte, 32)...)
+	binary.BigEndian.PutUint16(f[14+4:], uint16(len(body)))
+	return append(f, body...)
+}
+
+// A chain of any length is walked to the transport header: a UDP header
+// behind nine destination-options headers was reported as protocol 60
+// with no checksum field, so nobody verified it.
+func TestParseWalksLongExtensionChains(t *testing.T) {
+	for _, n := range []int{1, 8, 9, 30} {
+		var body []byte
+		for i := 0; i < n; i++ {
+			nh := byte(60)
+			if i == n-1 {
+				nh = ProtoUDP
+			}
+			body = append(body, nh, 0, 1, 4, 0, 0, 0, 0) // PadN
+		}
+		l4 := 14 + 40 + len(body)
+		body = append(body, 0, 9, 0, 9, 0, 12, 0, 0, 'a', 'b', 'c', 'd')
+		h, err := Parse(v6Frame(60, body))
+		if err != nil {
+			t.Fatalf("%d headers: %v", n, err)
+		}
+		if h.Proto != ProtoUDP || h.L4 != l4 || h.CsumOff != l4+6 || h.Fragment {
+			t.Fatalf("%d headers: %+v, want UDP at %d", n, h, l4)
+		}
+	}
+}
+
+// In a fragment other than the first, the bytes after the fragment header
+// are payload: Parse must not read them as more headers.
+func TestParseStopsAtARealFragmentHeader(t *testing.T) {
+	// Fragment header (next: destination options), offset 8, then payload
+	// bytes that happen to look like a destination-options header.
+	body := []byte{60, 0, 0, 8, 0, 0, 0, 1, 17, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}
+	h, err := Parse(v6Frame(44, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Fragment || h.L4 != 14+40+8 || h.Proto != 60 || h.CsumOff != -1 {
+		t.Fatalf("%+v: want a fragment whose fragmentable part starts at %d with header 60", h, 14+40+8)
+	}
+	// An atomic fragment (offset 0, M clear) is no fragment: the walk goes
+	// on to the transport header.
+	body = []byte{17, 0, 0, 0, 0, 0, 0, 1, 0, 9, 0, 9, 0, 8, 0, 0}
+	if h, err := Parse(v6Frame(44, body)); err != nil || h.Fragment || h.Proto != ProtoUDP || h.L4 != 14+48 {
+		t.Fatalf("atomic fragment: %+v, %v", h, err)
+	}
+}

@@ -38,8 +38,12 @@ func (d *Device) Info() netstack.DeviceInfo {
 	c := d.NIC.Caps()
 	return netstack.DeviceInfo{MAC: d.NIC.MAC(), MaxFrame: d.NIC.MaxFrame(), TxCsum: d.NIC.CsumOffload(),
 		RxCsum: d.NIC.CsumOffload(), Segmentation: true, MaxTxDescs: d.NIC.MaxTxDescs(), TxAlign: c.TxAlign,
-		MaxGSOSegments: d.NIC.MaxGSOSegments(4)}
+		MaxGSOSegments: d.NIC.MaxGSOSegments(maxGSOViews), MaxGSOViews: maxGSOViews}
 }
+
+// maxGSOViews is the payload views the endpoint may hand TransmitGSO:
+// gVisor's TCP packets have two or three, and the endpoint gathers more.
+const maxGSOViews = 4
 
 // SetTxDone implements netstack.Device.
 func (d *Device) SetTxDone(f func(any, error)) { d.done = f }

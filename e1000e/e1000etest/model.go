@@ -1,0 +1,777 @@
+// Package e1000etest is a host model of the subset of the Intel 82574L
+// that package e1000e uses, attached to a pcietest root complex as a
+// pluggable PCI function (8086:10d3, class 020000, BAR0 of 128 KiB, MSI,
+// INTA) whose DMA goes through the dma/dmatest model.
+//
+// What it models: CTRL.RST, STATUS (LU, FD, 1000 Mb/s), the NVM through
+// EERD (MAC in words 0-2, loaded into RAL0/RAH0 at reset), MDIC with a
+// PHY at address 1 (other addresses set MDIC.E, as QEMU does), ICR (clear
+// on read), ICS, IMS, IMC with INTx as a level and MSI on every new
+// unmasked cause, RCTL (EN, UPE, MPE, BAM, LPE) with RAL0/RAH0 and the
+// MTA hash (MO = 00) as the receive filter, extended RX descriptors
+// (RFCTL.EXTEN) with IPCS/TCPCS/UDPCS/IPE/TCPE verdicts computed here,
+// TX context and extended data descriptors, checksum insertion exactly as
+// the hardware does it (sum from xxCSS to xxCSE of what is in memory,
+// seeds included, complement stored at xxCSO), TCP segmentation (the datasheet's TCP segmentation section:
+// per segment IPv4 total length, ID incremented, header checksum; IPv6
+// payload length; TCP sequence; PSH and FIN only in the last segment; TCP
+// checksum from the driver's seed plus the segment length), DD write-back
+// only for descriptors with RS, and the statistics registers it counts.
+//
+// It reports as violations (Take) what the silicon would turn into
+// corruption or a hang: rings not 16-byte aligned or of a length not a
+// multiple of 128, head/tail outside the ring, legacy TX or RX
+// descriptors (not modelled), zero-length data descriptors, a TSO data
+// descriptor without a TSO context, HDRLEN or PAYLEN that disagree with
+// what the descriptors gather, MSS 0, a packet longer than 16 KiB
+// without TSO, and every DMA error (buffers the CPU owns, addresses
+// outside memory, DMA without bus mastering, through pcietest/dmatest).
+//
+// What it leaves out: flow control, VLAN insertion and stripping, packet
+// split (RCTL.DTYP), RSS and MSI-X, interrupt throttling and delay timers
+// (RDTR, RADV, TIDV, TADV, ITR: every cause fires at once), the
+// descriptor minimum threshold (RXDMT0), NVM writes and checksums, PHY
+// registers beyond IDs and status, jumbo frames, CRC errors on the wire
+// (InjectError stands in), UDP checksum 0 → 0xFFFF, and time: TX runs
+// when TDT is written (or on ProcessTX with Options.ManualTX).
+package e1000etest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/pcie/pcietest"
+)
+
+// Register offsets (82574 datasheet 10.2; mirror of package e1000e's,
+// written out here so the model does not import the driver).
+const (
+	rCTRL   = 0x0000
+	rSTATUS = 0x0008
+	rEERD   = 0x0014
+	rMDIC   = 0x0020
+	rICR    = 0x00C0
+	rICS    = 0x00C8
+	rIMS    = 0x00D0
+	rIMC    = 0x00D8
+	rRCTL   = 0x0100
+	rTCTL   = 0x0400
+	rRDBAL  = 0x2800
+	rRDBAH  = 0x2804
+	rRDLEN  = 0x2808
+	rRDH    = 0x2810
+	rRDT    = 0x2818
+	rTDBAL  = 0x3800
+	rTDBAH  = 0x3804
+	rTDLEN  = 0x3808
+	rTDH    = 0x3810
+	rTDT    = 0x3818
+	rRXCSUM = 0x5000
+	rRFCTL  = 0x5008
+	rMTA    = 0x5200
+	rRAL0   = 0x5400
+	rRAH0   = 0x5404
+
+	sCRCERRS = 0x4000
+	sMPC     = 0x4010
+	sROC     = 0x40AC
+	sRUC     = 0x40A4
+	sGPRC    = 0x4074
+	sBPRC    = 0x4078
+	sMPRC    = 0x407C
+	sGPTC    = 0x4080
+	sGORCL   = 0x4088
+	sGORCH   = 0x408C
+	sGOTCL   = 0x4090
+	sGOTCH   = 0x4094
+	sRNBC    = 0x40A0
+	sTPR     = 0x40D0
+	sTPT     = 0x40D4
+	sTSCTC   = 0x40F8
+
+	intTXDW = 1 << 0
+	intLSC  = 1 << 2
+	intRXO  = 1 << 6
+	intRXT0 = 1 << 7
+)
+
+// Options configure a Model.
+type Options struct {
+	// Mem is the DMA memory model the descriptor rings live in: the model
+	// reads and writes descriptors in place, one 32-bit word at a time,
+	// as the driver does (buffers go through the PCI function's DMA).
+	Mem *dmatest.Memory
+	MAC [6]byte
+	// NoNVM: EERD never completes (the driver must fall back to RAL0/RAH0).
+	NoNVM bool
+	// LinkDown keeps STATUS.LU clear.
+	LinkDown bool
+	// ManualTX: descriptors are processed only by ProcessTX, so the driver
+	// sees the ring fill up.
+	ManualTX bool
+	// ResetPolls is how many CTRL reads RST stays set after a reset
+	// (default 0: clear at once, as QEMU).
+	ResetPolls int
+	// ResetStuck: CTRL.RST never clears.
+	ResetStuck bool
+}
+
+// Stats count what the model did.
+type Stats struct {
+	TxFrames, TxPackets, TxTSO, TxDescs int
+	RxFrames, RxFiltered, RxNoDesc      int
+	RxTooLong, RxRunt, RxDisabled       int
+	MSIs                                int
+}
+
+// Model is one 82574L.
+type Model struct {
+	fn   *pcietest.Function
+	opts Options
+
+	mu       sync.Mutex
+	reg      map[uint32]uint32
+	stats    map[uint32]uint64 // statistics, clear on read
+	nvm      [64]uint16
+	phy      [32]uint16
+	resetCnt int
+	viol     []string
+	st       Stats
+	irq      chan struct{}
+	out      func([]byte)
+
+	// TX state across descriptors.
+	ctx     txCtx
+	gather  []byte
+	dataTSE bool
+	popts   uint32
+	pending [][]byte // frames to hand to out once unlocked
+	raw     *rawWB   // InjectWriteback's write-back
+	owned   map[uint32][4]uint32
+}
+
+type txCtx struct {
+	valid               bool
+	ipcss, ipcso, ipcse int
+	tucss, tucso, tucse int
+	paylen, hdrlen, mss int
+	tse, ip, tcp        bool
+}
+
+// New returns a model and its PCI function; attach the function to a
+// pcietest.Host (Attach(0, m.Function())).
+func New(o Options) *Model {
+	m := &Model{opts: o, reg: map[uint32]uint32{}, stats: map[uint32]uint64{}, irq: make(chan struct{}, 1)}
+	for i := 0; i < 3; i++ {
+		m.nvm[i] = uint16(o.MAC[2*i]) | uint16(o.MAC[2*i+1])<<8
+	}
+	f := pcietest.NewEndpoint(0x8086, 0x10D3, 0x020000)
+	f.SetBAR(0, 128<<10, pcietest.Mem32, m)
+	f.AddCapability(0x01, make([]byte, 6)) // power management
+	f.AddMSI(true)
+	f.AddPCIe(0, 1, 1)
+	f.SetPin(1)
+	m.fn = f
+	m.reset()
+	return m
+}
+
+// Function returns the PCI function to attach.
+func (m *Model) Function() *pcietest.Function { return m.fn }
+
+// IRQ is signalled whenever the model raises INTx or sends an MSI.
+func (m *Model) IRQ() <-chan struct{} { return m.irq }
+
+// OnTransmit installs where transmitted frames go (no FCS). It is called
+// without the model's lock held.
+func (m *Model) OnTransmit(f func([]byte)) {
+	m.mu.Lock()
+	m.out = f
+	m.mu.Unlock()
+}
+
+// Stats returns the model's counters.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st
+}
+
+// Take returns and forgets the violations recorded so far.
+func (m *Model) Take() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.viol
+	m.viol = nil
+	return v
+}
+
+// SetLink changes the link and raises LSC.
+func (m *Model) SetLink(up bool) {
+	m.mu.Lock()
+	m.opts.LinkDown = !up
+	m.updateStatus()
+	m.cause(intLSC)
+	m.mu.Unlock()
+}
+
+func (m *Model) violate(format string, a ...any) {
+	_, file, line, _ := runtime.Caller(2)
+	m.viol = append(m.viol, fmt.Sprintf(format, a...)+fmt.Sprintf(" (at %s:%d)", file, line))
+}
+
+func (m *Model) reset() {
+	m.reg = map[uint32]uint32{}
+	m.stats = map[uint32]uint64{}
+	m.ctx = txCtx{}
+	m.gather = nil
+	m.owned = nil
+	m.reg[rRAL0] = uint32(m.nvm[0]) | uint32(m.nvm[1])<<16
+	m.reg[rRAH0] = uint32(m.nvm[2]) | 1<<31
+	m.phy[1] = 0x7949 // BMSR: capabilities, auto-negotiation complete
+	m.phy[2], m.phy[3] = 0x0141, 0x0CB0
+	m.updateStatus()
+	if m.opts.ResetStuck {
+		m.reg[rCTRL] |= 1 << 26
+	}
+}
+
+func (m *Model) updateStatus() {
+	s := uint32(1<<0 | 2<<6 | 1<<19) // FD, 1000 Mb/s, GIO master enable
+	m.phy[1] &^= 1 << 2
+	if !m.opts.LinkDown {
+		s |= 1 << 1
+		m.phy[1] |= 1 << 2
+	}
+	m.reg[rSTATUS] = s
+}
+
+// Read32 implements mmio.Regs (BAR0).
+func (m *Model) Read32(off uint32) uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if off&3 != 0 || off >= 128<<10 {
+		m.violate("BAR0 read at %#x", off)
+		return 0xFFFFFFFF
+	}
+	switch {
+	case off == rCTRL:
+		if m.reg[rCTRL]&(1<<26) != 0 && !m.opts.ResetStuck {
+			if m.resetCnt <= 0 {
+				m.reg[rCTRL] &^= 1 << 26
+			}
+			m.resetCnt--
+		}
+	case off == rICR:
+		v := m.reg[rICR]
+		if v&m.reg[rIMS] != 0 {
+			v |= 1 << 31
+		}
+		m.reg[rICR] = 0
+		m.fn.SetINTx(false)
+		return v
+	case off >= 0x4000 && off < 0x4100:
+		switch off {
+		case sGORCL, sGOTCL:
+			return uint32(m.stats[off])
+		case sGORCH, sGOTCH:
+			v := uint32(m.stats[off-4] >> 32)
+			m.stats[off-4] = 0
+			return v
+		}
+		v := m.stats[off]
+		m.stats[off] = 0
+		return uint32(v)
+	}
+	return m.reg[off]
+}
+
+// Write32 implements mmio.Regs (BAR0).
+func (m *Model) Write32(off, v uint32) {
+	m.mu.Lock()
+	if off&3 != 0 || off >= 128<<10 {
+		m.violate("BAR0 write at %#x", off)
+		m.mu.Unlock()
+		return
+	}
+	switch off {
+	case rCTRL:
+		if v&(1<<26) != 0 {
+			m.reset()
+			m.resetCnt = m.opts.ResetPolls
+			m.reg[rCTRL] = v
+			if m.opts.ResetPolls == 0 && !m.opts.ResetStuck {
+				m.reg[rCTRL] &^= 1 << 26
+			}
+			m.fn.SetINTx(false)
+			break
+		}
+		m.reg[rCTRL] = v
+	case rSTATUS: // read-only
+	case rICR: // write 1 to clear
+		m.reg[rICR] &^= v
+		m.updateIRQ(false)
+	case rEERD:
+		if v&1 != 0 && !m.opts.NoNVM {
+			a := v >> 2 & 0x3FFF
+			var d uint16
+			if a < uint32(len(m.nvm)) {
+				d = m.nvm[a]
+			}
+			m.reg[rEERD] = uint32(d)<<16 | a<<2 | 2
+		} else {
+			m.reg[rEERD] = v &^ 2
+		}
+	case rMDIC:
+		m.mdic(v)
+	case rICS:
+		m.cause(v)
+	case rIMS:
+		m.reg[rIMS] |= v
+		m.updateIRQ(true)
+	case rIMC:
+		m.reg[rIMS] &^= v
+		m.updateIRQ(false)
+	case rRDT:
+		n := uint32(m.ringLen(rRDLEN))
+		if v >= n && n > 0 {
+			m.violate("RDT %d outside a ring of %d descriptors", v, n)
+			break
+		}
+		if m.reg[rRCTL]&2 != 0 && !handOK(m.reg[rRDT], v, m.reg[rRDH], n) {
+			m.violate("RDT moved from %d to %d past RDH %d: descriptors the device filled and the driver has not taken would be overwritten or lost", m.reg[rRDT], v, m.reg[rRDH])
+		}
+		m.reg[rRDT] = v
+	case rTDT:
+		n := uint32(m.ringLen(rTDLEN))
+		if v >= n {
+			m.violate("TDT %d outside a ring of %d descriptors", v, n)
+			break
+		}
+		old := m.reg[rTDT]
+		if !handOK(old, v, m.reg[rTDH], n) {
+			m.violate("TDT moved from %d to %d past TDH %d: descriptors the device still owns handed over again", old, v, m.reg[rTDH])
+		}
+		m.reg[rTDT] = v
+		if !m.opts.ManualTX {
+			m.processTX()
+			break
+		}
+		// Remember what the driver handed over, to catch it rewriting a
+		// descriptor the device owns before ProcessTX fetches it.
+		if m.owned == nil {
+			m.owned = map[uint32][4]uint32{}
+		}
+		for i := old; i != v; i = (i + 1) % n {
+			if dw := m.desc(m.ringBase(rTDBAL) + dma.Addr(16*i)); dw != nil {
+				m.owned[i] = [4]uint32{load(&dw[0]), load(&dw[1]), load(&dw[2]), load(&dw[3])}
+			}
+		}
+	case rRCTL:
+		m.reg[rRCTL] = v
+		if v&2 != 0 {
+			m.checkRing("RX", rRDBAL, rRDLEN)
+			if m.reg[rRFCTL]&(1<<15) == 0 {
+				m.violate("receiver enabled with legacy RX descriptors (RFCTL.EXTEN clear): not modelled")
+			}
+			if v&(3<<10) != 0 {
+				m.violate("RCTL.DTYP %d (packet split): not modelled", v>>10&3)
+			}
+		}
+	case rTCTL:
+		m.reg[rTCTL] = v
+		if v&2 != 0 {
+			m.checkRing("TX", rTDBAL, rTDLEN)
+		}
+	default:
+		if off >= 0x4000 && off < 0x4100 {
+			break // statistics are read-only
+		}
+		m.reg[off] = v
+	}
+	out, frames := m.out, m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for _, f := range frames {
+		if out != nil {
+			out(f)
+		}
+	}
+}
+
+// handOK reports whether moving a tail from old to v hands over only
+// descriptors the driver owns: the device owns [head, old), so at most the
+// ring minus one may be handed over and the tail must not reach the head
+// from behind (head == old: the device owns none, any move is fine).
+func handOK(old, v, head, n uint32) bool {
+	if n == 0 || head == old {
+		return true
+	}
+	return (v-old+n)%n < (head-old+n)%n
+}
+
+func (m *Model) ringLen(lenReg uint32) int { return int(m.reg[lenReg] / 16) }
+
+func (m *Model) ringBase(baseReg uint32) dma.Addr {
+	return dma.Addr(uint64(m.reg[baseReg]) | uint64(m.reg[baseReg+4])<<32)
+}
+
+func (m *Model) checkRing(what string, base, ln uint32) {
+	if b := m.ringBase(base); b&15 != 0 {
+		m.violate("%s ring base %#x not 16-byte aligned", what, b)
+	}
+	if l := m.reg[ln]; l == 0 || l%128 != 0 {
+		m.violate("%s ring length %d not a non-zero multiple of 128", what, l)
+	}
+}
+
+func (m *Model) mdic(v uint32) {
+	reg, phy, op := v>>16&31, v>>21&31, v>>26&3
+	r := v&0xFFFF | reg<<16 | phy<<21 | op<<26 | 1<<28
+	switch {
+	case phy != 1:
+		r |= 1 << 30
+	case op == 2:
+		r = r&^0xFFFF | uint32(m.phy[reg])
+	case op == 1:
+		if reg != 1 && reg != 2 && reg != 3 {
+			m.phy[reg] = uint16(v)
+		}
+	default:
+		r |= 1 << 30
+	}
+	m.reg[rMDIC] = r
+}
+
+// cause sets interrupt causes.
+func (m *Model) cause(c uint32) {
+	m.reg[rICR] |= c
+	m.updateIRQ(c&m.reg[rIMS] != 0)
+}
+
+func (m *Model) updateIRQ(edge bool) {
+	pend := m.reg[rICR]&m.reg[rIMS] != 0
+	cfg := m.fn.Config()
+	msi := false
+	for p := int(cfg[0x34]); p >= 0x40 && p < 0xFF; p = int(cfg[p+1]) {
+		if cfg[p] == 0x05 {
+			msi = cfg[p+2]&1 != 0
+			break
+		}
+	}
+	if msi {
+		if pend && edge {
+			m.mu.Unlock()
+			err := m.fn.SignalMSI()
+			m.mu.Lock()
+			if err != nil {
+				m.violate("MSI: %v", err)
+			}
+			m.st.MSIs++
+			m.notify()
+		}
+		return
+	}
+	m.fn.SetINTx(pend)
+	if pend {
+		m.notify()
+	}
+}
+
+func (m *Model) notify() {
+	select {
+	case m.irq <- struct{}{}:
+	default:
+	}
+}
+
+// desc returns the four words of the descriptor at a, read in place from
+// coherent memory (nil and a violation if unreachable or bus mastering
+// is off).
+func (m *Model) desc(a dma.Addr) []uint32 {
+	if m.fn.Command()&4 == 0 {
+		m.violate("descriptor access at %#x with bus mastering disabled", a)
+		return nil
+	}
+	if m.opts.Mem == nil {
+		m.violate("no DMA memory model for descriptors")
+		return nil
+	}
+	b, err := m.opts.Mem.Coherent(a, 16)
+	if err != nil {
+		m.violate("descriptor at %#x: %v", a, err)
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), 4)
+}
+
+func load(w *uint32) uint32     { return atomic.LoadUint32(w) }
+func store(w *uint32, v uint32) { atomic.StoreUint32(w, v) }
+
+func (m *Model) dmaRead(a dma.Addr, p []byte, what string) bool {
+	if err := m.fn.DMARead(a, p); err != nil {
+		m.violate("DMA read of %s at %#x (%d bytes): %v", what, a, len(p), err)
+		return false
+	}
+	return true
+}
+
+func (m *Model) dmaWrite(a dma.Addr, p []byte, what string) bool {
+	if err := m.fn.DMAWrite(a, p); err != nil {
+		m.violate("DMA write of %s at %#x (%d bytes): %v", what, a, len(p), err)
+		return false
+	}
+	return true
+}
+
+// ProcessTX processes the TX descriptors between TDH and TDT (Options.ManualTX).
+func (m *Model) ProcessTX() {
+	m.mu.Lock()
+	m.processTX()
+	out, frames := m.out, m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for _, f := range frames {
+		if out != nil {
+			out(f)
+		}
+	}
+}
+
+func (m *Model) processTX() {
+	if m.reg[rTCTL]&2 == 0 {
+		return
+	}
+	n := uint32(m.ringLen(rTDLEN))
+	if n == 0 {
+		return
+	}
+	base := m.ringBase(rTDBAL)
+	raised := false
+	for m.reg[rTDH] != m.reg[rTDT] {
+		h := m.reg[rTDH]
+		if h >= n {
+			m.violate("TDH %d outside the ring", h)
+			return
+		}
+		dw := m.desc(base + dma.Addr(16*h))
+		if dw == nil {
+			return
+		}
+		var d [16]byte
+		for i := range 4 {
+			binary.LittleEndian.PutUint32(d[4*i:], load(&dw[i]))
+		}
+		if snap, ok := m.owned[h]; ok {
+			delete(m.owned, h)
+			if snap != [4]uint32{load(&dw[0]), load(&dw[1]), load(&dw[2]), load(&dw[3])} {
+				m.violate("TX descriptor %d rewritten by the driver while the device owned it", h)
+			}
+		}
+		m.st.TxDescs++
+		w2 := binary.LittleEndian.Uint32(d[8:])
+		w3 := binary.LittleEndian.Uint32(d[12:])
+		dext := w2&(1<<29) != 0
+		dtyp := w2 >> 20 & 0xF
+		switch {
+		case !dext:
+			m.violate("legacy TX descriptor %d: not modelled", h)
+		case dtyp == 0:
+			m.context(d[:])
+		case dtyp == 1:
+			m.data(h, d[:])
+		default:
+			m.violate("TX descriptor %d: DTYP %d", h, dtyp)
+		}
+		if w2&(1<<27) != 0 { // RS: write back DD
+			store(&dw[3], w3|1)
+			raised = true
+		}
+		m.reg[rTDH] = (h + 1) % n
+	}
+	if raised {
+		m.cause(intTXDW)
+	}
+}
+
+func (m *Model) context(d []byte) {
+	w0 := binary.LittleEndian.Uint32(d[0:])
+	w1 := binary.LittleEndian.Uint32(d[4:])
+	w2 := binary.LittleEndian.Uint32(d[8:])
+	w3 := binary.LittleEndian.Uint32(d[12:])
+	m.ctx = txCtx{valid: true,
+		ipcss: int(w0 & 0xFF), ipcso: int(w0 >> 8 & 0xFF), ipcse: int(w0 >> 16),
+		tucss: int(w1 & 0xFF), tucso: int(w1 >> 8 & 0xFF), tucse: int(w1 >> 16),
+		paylen: int(w2 & 0xFFFFF), tse: w2&(1<<26) != 0, ip: w2&(1<<25) != 0, tcp: w2&(1<<24) != 0,
+		hdrlen: int(w3 >> 8 & 0xFF), mss: int(w3 >> 16)}
+	if m.ctx.tse && m.ctx.mss == 0 {
+		m.violate("TSO context with MSS 0")
+	}
+}
+
+func (m *Model) data(h uint32, d []byte) {
+	addr := dma.Addr(binary.LittleEndian.Uint64(d[0:]))
+	w2 := binary.LittleEndian.Uint32(d[8:])
+	w3 := binary.LittleEndian.Uint32(d[12:])
+	ln := int(w2 & 0xFFFFF)
+	if ln == 0 {
+		m.violate("TX data descriptor %d with length 0", h)
+	} else {
+		b := make([]byte, ln)
+		if !m.dmaRead(addr, b, "TX buffer") {
+			m.gather, m.dataTSE = nil, false
+			return
+		}
+		if len(m.gather) == 0 {
+			m.dataTSE = w2&(1<<26) != 0
+			m.popts = w3 >> 8 & 0xFF
+		}
+		m.gather = append(m.gather, b...)
+	}
+	if w2&(1<<24) == 0 { // not EOP
+		return
+	}
+	p := m.gather
+	m.gather = nil
+	m.st.TxPackets++
+	switch {
+	case m.dataTSE:
+		if !m.ctx.valid || !m.ctx.tse {
+			m.violate("TSO data descriptors without a TSO context")
+			return
+		}
+		m.segment(p)
+	default:
+		if len(p) > 16<<10 {
+			m.violate("%d-byte packet without TSO", len(p))
+			return
+		}
+		if m.popts != 0 && (!m.ctx.valid || m.ctx.tse) {
+			m.violate("checksum insertion (POPTS %#x) without a checksum context", m.popts)
+			return
+		}
+		m.insert(p, p)
+		m.emit(p)
+	}
+}
+
+// insert computes the checksums POPTS asks for over f (the region [css,
+// cse] of what is in memory, field included) and stores them.
+func (m *Model) insert(f, _ []byte) {
+	c := m.ctx
+	if m.popts&1 != 0 {
+		end := c.ipcse
+		if end == 0 || end >= len(f) {
+			end = len(f) - 1
+		}
+		if c.ipcso+2 > len(f) || c.ipcss > end {
+			m.violate("IP checksum fields %d/%d/%d outside a %d-byte frame", c.ipcss, c.ipcso, c.ipcse, len(f))
+		} else {
+			binary.BigEndian.PutUint16(f[c.ipcso:], ^fold(sum(0, f[c.ipcss:end+1])))
+		}
+	}
+	if m.popts&2 != 0 {
+		end := c.tucse
+		if end == 0 || end >= len(f) {
+			end = len(f) - 1
+		}
+		if c.tucso+2 > len(f) || c.tucss > end {
+			m.violate("L4 checksum fields %d/%d/%d outside a %d-byte frame", c.tucss, c.tucso, c.tucse, len(f))
+		} else {
+			binary.BigEndian.PutUint16(f[c.tucso:], ^fold(sum(0, f[c.tucss:end+1])))
+		}
+	}
+}
+
+// segment performs TCP segmentation of p under the TSO context (82574
+// datasheet, TCP segmentation).
+func (m *Model) segment(p []byte) {
+	c := m.ctx
+	m.st.TxTSO++
+	m.stats[sTSCTC]++
+	if c.hdrlen == 0 || c.hdrlen > len(p) {
+		m.violate("TSO HDRLEN %d with %d bytes gathered", c.hdrlen, len(p))
+		return
+	}
+	if pl := len(p) - c.hdrlen; pl != c.paylen {
+		m.violate("TSO PAYLEN %d but %d payload bytes gathered", c.paylen, pl)
+		return
+	}
+	if c.tucso+2 > c.hdrlen || c.tucss+20 > c.hdrlen || (c.ip && c.ipcss+20 > c.hdrlen) {
+		m.violate("TSO context offsets outside the %d-byte header", c.hdrlen)
+		return
+	}
+	hdr, pay := p[:c.hdrlen], p[c.hdrlen:]
+	id := binary.BigEndian.Uint16(hdr[c.ipcss+4:])
+	seq := binary.BigEndian.Uint32(hdr[c.tucss+4:])
+	flags := hdr[c.tucss+13]
+	for i, off := 0, 0; off < len(pay); i++ {
+		k := min(c.mss, len(pay)-off)
+		f := make([]byte, c.hdrlen+k)
+		copy(f, hdr)
+		copy(f[c.hdrlen:], pay[off:off+k])
+		last := off+k == len(pay)
+		if c.ip {
+			binary.BigEndian.PutUint16(f[c.ipcss+2:], uint16(c.hdrlen-c.ipcss+k))
+			binary.BigEndian.PutUint16(f[c.ipcss+4:], id+uint16(i))
+		} else {
+			binary.BigEndian.PutUint16(f[c.ipcss+4:], uint16(c.hdrlen-c.ipcss-40+k))
+		}
+		binary.BigEndian.PutUint32(f[c.tucss+4:], seq+uint32(off))
+		if !last {
+			f[c.tucss+13] = flags &^ (0x01 | 0x08) // FIN, PSH
+		}
+		// Checksums are summed over what the driver left in the fields
+		// (zero for IPv4, the pseudo-header seed without length for TCP),
+		// as the silicon does; the segment's TCP length is added.
+		if m.popts&1 != 0 {
+			end := c.ipcse
+			if end == 0 {
+				end = c.tucss - 1
+			}
+			binary.BigEndian.PutUint16(f[c.ipcso:], ^fold(sum(0, f[c.ipcss:end+1])))
+		}
+		if m.popts&2 != 0 {
+			l4 := f[c.tucss:]
+			binary.BigEndian.PutUint16(f[c.tucso:], ^fold(sum(uint32(len(l4)), l4)))
+		}
+		m.emit(f)
+		off += k
+	}
+}
+
+func (m *Model) emit(f []byte) {
+	if len(f) < 60 && m.reg[rTCTL]&(1<<3) != 0 { // PSP: pad short packets
+		f = append(f, make([]byte, 60-len(f))...)
+	}
+	m.st.TxFrames++
+	m.stats[sGPTC]++
+	m.stats[sTPT]++
+	m.stats[sGOTCL] += uint64(len(f) + 4)
+	m.pending = append(m.pending, f)
+}
+
+// sum adds b to s as 16-bit big-endian words (RFC 1071).
+func sum(s uint32, b []byte) uint32 {
+	for len(b) >= 2 {
+		s += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
+	}
+	return s
+}
+
+func fold(s uint32) uint16 {
+	for s > 0xFFFF {
+		s = s>>16 + s&0xFFFF
+	}
+	return uint16(s)
+}

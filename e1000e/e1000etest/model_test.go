@@ -1,0 +1,189 @@
+package e1000etest_test
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/e1000e/e1000etest"
+	"github.com/tamanic/tamanic/internal/mmio"
+	"github.com/tamanic/tamanic/pcie"
+	"github.com/tamanic/tamanic/pcie/pcietest"
+)
+
+// bench is the model behind an i.MX7D root complex, driven by raw register
+// and descriptor writes (no driver), to show each violation is reported.
+type bench struct {
+	t    *testing.T
+	m    *e1000etest.Model
+	mem  *dmatest.Memory
+	r    mmio.Regs
+	d    *pcie.Device
+	ring dma.Buffer
+	buf  dma.Buffer
+}
+
+func newBench(t *testing.T, o e1000etest.Options) *bench {
+	mem := dmatest.New(t, dmatest.Options{CachedSize: 1 << 20, CoherentSize: 64 << 10})
+	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D, Mem: mem})
+	o.Mem = mem
+	m := e1000etest.New(o)
+	h.Attach(0, m.Function())
+	rc, err := pcie.New(pcie.Config{SoC: pcie.IMX7D, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
+		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := rc.Enumerate()
+	if err != nil || len(devs) != 1 {
+		t.Fatal(devs, err)
+	}
+	w, err := rc.Map(devs[0], 0, 0, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, _ := mem.Alloc(8*16, 128, dma.Coherent)
+	buf, _ := mem.Alloc(4096, 64, dma.Cached)
+	return &bench{t: t, m: m, mem: mem, r: w, d: devs[0], ring: ring, buf: buf}
+}
+
+func (b *bench) desc(i int, w0, w1, w2, w3 uint32) {
+	d := b.ring.Bytes()[16*i:]
+	binary.LittleEndian.PutUint32(d[0:], w0)
+	binary.LittleEndian.PutUint32(d[4:], w1)
+	binary.LittleEndian.PutUint32(d[8:], w2)
+	binary.LittleEndian.PutUint32(d[12:], w3)
+}
+
+func (b *bench) startTX() {
+	b.r.Write32(0x3800, uint32(b.ring.Addr()))
+	b.r.Write32(0x3804, 0)
+	b.r.Write32(0x3808, 8*16)
+	b.r.Write32(0x0400, 2|8)
+}
+
+func (b *bench) startRX() {
+	b.r.Write32(0x5008, 1<<15)
+	b.r.Write32(0x2800, uint32(b.ring.Addr()))
+	b.r.Write32(0x2808, 8*16)
+	b.r.Write32(0x0100, 2|1<<15)
+}
+
+// expect checks that exactly the violations named were reported.
+func (b *bench) expect(want ...string) {
+	b.t.Helper()
+	got := b.m.Take()
+	if len(got) != len(want) {
+		b.t.Fatalf("violations %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			b.t.Errorf("violation %q, want %q", got[i], want[i])
+		}
+	}
+}
+
+const (
+	dext  = 1 << 29
+	dtypD = 1 << 20
+	eop   = 1 << 24
+	rs    = 1 << 27
+	tse   = 1 << 26
+)
+
+func TestTXViolations(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	if err := b.d.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.startTX()
+	a := uint32(b.buf.Addr())
+	b.desc(0, a, 0, 60|eop|rs, 0) // legacy
+	b.r.Write32(0x3818, 1)
+	b.expect("legacy TX descriptor")
+	b.desc(1, a, 0, dext|dtypD|0|eop, 0) // zero length
+	b.r.Write32(0x3818, 2)
+	b.expect("length 0")
+	b.desc(2, a, 0, dext|dtypD|tse|100|eop, 0) // TSO data without context
+	b.r.Write32(0x3818, 3)
+	b.expect("without a TSO context")
+	b.desc(3, 14|24<<8|33<<16, 34|50<<8, dext|tse|1<<25|1<<24|500, 54<<8|1000<<16) // TSO context, PAYLEN 500
+	b.desc(4, a, 0, dext|dtypD|tse|200|eop|rs, 3<<8)                               // gathers 146 payload bytes
+	b.r.Write32(0x3818, 5)
+	b.expect("PAYLEN 500")
+	b.desc(5, a, 0, dext|dtypD|100|eop, 1<<8) // IXSM without a checksum context (the last was TSO)
+	b.r.Write32(0x3818, 6)
+	b.expect("without a checksum context")
+	if tail := b.r.Read32(0x3810); tail != 6 {
+		t.Fatalf("TDH %d", tail)
+	}
+	b.r.Write32(0x3818, 9)
+	b.expect("TDT 9 outside")
+	// Bus mastering off: the descriptor fetch is refused.
+	b.d.SetBusMaster(false)
+	b.desc(6, a, 0, dext|dtypD|64|eop, 0)
+	b.r.Write32(0x3818, 7)
+	b.expect("bus mastering disabled")
+}
+
+func TestTXOwnership(t *testing.T) {
+	b := newBench(t, e1000etest.Options{ManualTX: true})
+	b.d.SetBusMaster(true)
+	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.startTX()
+	a := uint32(b.buf.Addr())
+	for i := 0; i < 3; i++ {
+		b.desc(i, a, 0, dext|dtypD|64|eop|rs, 0)
+	}
+	b.r.Write32(0x3818, 3)
+	b.desc(1, a, 0, dext|dtypD|65|eop|rs, 0) // rewritten while owned
+	b.desc(3, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.r.Write32(0x3818, 4)
+	b.expect()
+	b.m.ProcessTX()
+	b.expect("rewritten by the driver")
+	if st := b.m.Stats(); st.TxFrames != 4 {
+		t.Errorf("%+v", st)
+	}
+	b.desc(4, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.desc(5, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.r.Write32(0x3818, 6)
+	b.r.Write32(0x3818, 5) // the device owns 4 and 5: the tail may not pass them
+	b.expect("past TDH")
+}
+
+func TestRXViolations(t *testing.T) {
+	b := newBench(t, e1000etest.Options{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	b.d.SetBusMaster(true)
+	for i := 0; i < 8; i++ {
+		b.desc(i, uint32(b.buf.Addr())+uint32(i)*512, 0, 0, 0)
+	}
+	b.desc(1, uint32(b.buf.Addr())+512, 0, 1, 0) // DD left set
+	b.mem.SyncForDevice(b.buf, dma.FromDevice)
+	b.r.Write32(0x0100, 0)
+	b.startRX()
+	b.r.Write32(0x2818, 4)
+	f := make([]byte, 64)
+	copy(f, []byte{2, 0, 0, 0, 0, 1})
+	for i := 0; i < 2; i++ {
+		if !b.m.Inject(f) {
+			t.Fatal("not stored")
+		}
+	}
+	b.expect("DD still set")
+	b.r.Write32(0x2818, 3) // RDH is 2: tail may not reach it from behind
+	b.expect("past RDH")
+	b.r.Write32(0x2818, 1) // giving back 0 (DD is the driver's) is fine
+	b.expect()
+	// The RX ring not a multiple of 128 bytes, legacy descriptors.
+	b.r.Write32(0x2808, 100)
+	b.r.Write32(0x5008, 0)
+	b.r.Write32(0x0100, 2)
+	b.expect("not a non-zero multiple of 128", "legacy RX descriptors")
+}

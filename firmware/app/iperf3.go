@@ -1,0 +1,37 @@
+package app
+
+import (
+	"fmt"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+
+	"github.com/tamanic/tamanic/iperf3"
+)
+
+// IperfPort is where the iperf3 server listens, on TCP and UDP alike, so
+// that `iperf3 -c <board>` works with the stock client.
+const IperfPort = 5201
+
+// StartIperf3 serves iperf3 tests on TCP and UDP IperfPort in a background
+// goroutine. The CPU utilisation it reports to clients is the board's
+// own: wall-clock time minus Controls.IdleNanoseconds over the test, all
+// of it reported as user time (bare metal has no user/kernel split).
+func (s *Server) StartIperf3() (*iperf3.Server, error) {
+	addr := tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: IperfPort}
+	l, err := gonet.ListenTCP(s.Stack, addr, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("app: iperf3 listen TCP %d: %v", IperfPort, err)
+	}
+	u, err := gonet.DialUDP(s.Stack, &addr, nil, ipv4.ProtocolNumber)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("app: iperf3 bind UDP %d: %v", IperfPort, err)
+	}
+	srv := iperf3.NewServer(l, u, iperf3.Config{
+		CPU: iperf3.IdleCPU{Boot: s.Boot, Idle: s.Ctl.IdleNanoseconds},
+	})
+	go srv.Serve()
+	return srv, nil
+}

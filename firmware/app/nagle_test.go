@@ -1,0 +1,84 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+)
+
+// TestSmallWritesDoNotCrawl: an application on the firmware's stack
+// writing 64 bytes at a time to a gVisor peer must not meet gVisor's
+// small-segment crawl (with Nagle off each write is a segment; the
+// receiver charges each segment's overhead against a window it advertised
+// in payload bytes and drops in-window segments, so the sender lives on
+// retransmission timeouts; see netstack's
+// TestGVisorSmallWritesCrawlWithoutNagle). NewStack turns Nagle on, so the
+// sender coalesces while the window is closed.
+func TestSmallWritesDoNotCrawl(t *testing.T) {
+	a, b := netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.2/24")
+	m1, m2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
+	e1, e2 := pipe.New(tcpip.LinkAddress(m1[:]), tcpip.LinkAddress(m2[:]), 1500)
+	s1, err := NewStack(e1, m1, a, b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	s2, err := NewStack(e2, m2, b, a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	l, err := gonet.ListenTCP(s1, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const total = 3 << 20
+	got := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		// A receiver that is late to read: the window closes and the
+		// writes queue behind it.
+		time.Sleep(300 * time.Millisecond)
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := gonet.DialContextTCP(ctx, s2, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(time.Minute))
+	w := make([]byte, 64)
+	for sent := 0; sent < total; sent += len(w) {
+		if _, err := c.Write(w); err != nil {
+			t.Fatalf("write after %d bytes: %v (sender: %d timeouts, %d retransmits)", sent, err,
+				s2.Stats().TCP.Timeouts.Value(), s2.Stats().TCP.Retransmits.Value())
+		}
+	}
+	c.Close()
+	if n := <-got; n != total {
+		t.Fatalf("received %d of %d bytes", n, total)
+	}
+	st := s2.Stats().TCP
+	t.Logf("sender: %d segments, %d retransmission timeouts, %d retransmits", st.SegmentsSent.Value(), st.Timeouts.Value(), st.Retransmits.Value())
+	// The closed window is probed (a timeout or two); the crawl shows as
+	// hundreds of timeouts (297 before the 1-minute deadline without
+	// Nagle, the transfer a third done).
+	if st.Timeouts.Value() > 4 {
+		t.Errorf("64-byte writes over a lossless link: the sender crawls on %d retransmission timeouts, %d retransmits", st.Timeouts.Value(), st.Retransmits.Value())
+	}
+}

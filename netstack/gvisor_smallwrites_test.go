@@ -1,0 +1,116 @@
+package netstack_test
+
+import (
+	"context"
+	"flag"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// channelPair joins two gVisor stacks with gVisor's own channel link
+// endpoints (no Ethernet, no driver, no endpoint of ours): the reference
+// for what gVisor does by itself.
+func channelPair(t testing.TB) (a, b *host) {
+	mk := func(i byte) (*host, *channel.Endpoint) {
+		ch := channel.New(1024, 1500, "")
+		s := stack.New(stack.Options{
+			NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
+			TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+		})
+		if err := s.CreateNIC(1, ch); err != nil {
+			t.Fatal(err)
+		}
+		h := &host{s: s, v4: tcpip.AddrFrom4([4]byte{10, 0, 0, i})}
+		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v4, PrefixLen: 24}}, stack.AddressProperties{}); err != nil {
+			t.Fatal(err)
+		}
+		s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
+		sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+		rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
+		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
+		s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+		return h, ch
+	}
+	a, ca := mk(1)
+	b, cb := mk(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	pump := func(from, to *channel.Endpoint) {
+		defer func() { done <- struct{}{} }()
+		for {
+			p := from.ReadContext(ctx)
+			if p == nil {
+				return
+			}
+			v := p.ToView()
+			p.DecRef()
+			q := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+			to.InjectInbound(ipv4.ProtocolNumber, q)
+			q.DecRef()
+		}
+	}
+	go pump(ca, cb)
+	go pump(cb, ca)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+		a.s.Close()
+		b.s.Close()
+		a.s.Wait()
+		b.s.Wait()
+	})
+	return a, b
+}
+
+var gvisorRepro = flag.Bool("gvisor-repro", false, "run the reproducers of gVisor's own behaviour (slow)")
+
+// TestGVisorSmallWritesCrawlWithoutNagle is the reproducer for issue 10's
+// small-write stall, on gVisor's own channel endpoints: no Ethernet, no
+// driver, no endpoint of ours, a lossless link. An application writing 64
+// bytes at a time, with Nagle's algorithm off (gVisor's default), gets one
+// 64-byte segment per write. gVisor's receiver charges each segment's
+// memory (its bookkeeping, the packet buffer, the data chunk: several
+// hundred bytes) against the receive buffer, while the window it
+// advertised counts payload bytes; once the charge passes the buffer size
+// the segment queue drops arriving segments (stack DroppedPackets,
+// SegmentQueueDropped), and the sender recovers on retransmission
+// timeouts: 3 MiB take minutes. With Nagle's algorithm on (the stack
+// option TCPDelayEnabled) the writes coalesce into full segments and
+// nothing is dropped.
+//
+// It takes about ten seconds and depends on gVisor's timing, so it runs
+// only with -gvisor-repro.
+func TestGVisorSmallWritesCrawlWithoutNagle(t *testing.T) {
+	if !*gvisorRepro {
+		t.Skip("reproducer of gVisor behaviour: run with -gvisor-repro")
+	}
+	for _, nagle := range []bool{false, true} {
+		a, b := channelPair(t)
+		if nagle {
+			opt := tcpip.TCPDelayEnabled(true)
+			a.s.SetTransportProtocolOption(tcp.ProtocolNumber, &opt)
+		}
+		start := time.Now()
+		err := transferWith(t, a, b, false, 5001, 3<<20, xfer{write: 64, timeout: 8 * time.Second})
+		ts := a.s.Stats().TCP
+		drops := b.s.Stats().DroppedPackets.Value()
+		t.Logf("nagle %v: %v after %v; sender: %d segments, %d retransmits, %d timeouts; receiver dropped %d",
+			nagle, err, time.Since(start).Round(time.Millisecond), ts.SegmentsSent.Value(), ts.Retransmits.Value(), ts.Timeouts.Value(), drops)
+		switch {
+		case nagle && (err != nil || drops != 0):
+			t.Errorf("with Nagle: %v, %d segments dropped", err, drops)
+		case !nagle && drops == 0:
+			t.Errorf("without Nagle nothing was dropped: gVisor may have fixed its receive accounting (%v)", err)
+		}
+	}
+}
