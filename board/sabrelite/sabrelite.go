@@ -127,7 +127,7 @@ func ENET(cfg fec.Config) (*fec.NIC, PHYInfo, error) {
 		getRandomData(cfg.MAC[:])
 		cfg.MAC[0] = cfg.MAC[0]&^1 | 2 // unicast, locally administered
 	}
-	caps, err := fec.CapsFor(fec.IMX6Q) // ERR006358, 16-byte TX alignment, gigabit
+	caps, err := fec.CapsFor(fec.IMX6Q) // gigabit, 16-byte TX alignment (fec re-kicks for ERR006358 on every SoC)
 	if err != nil {
 		return nil, pi, err
 	}
