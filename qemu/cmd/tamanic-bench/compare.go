@@ -50,7 +50,19 @@ func compare(w io.Writer, args []string) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, sep)
-	for _, k := range bs[0].keys {
+	// Rows: every configuration any board ran (the i.MX7D adds its
+	// e1000e modes), in first-seen order.
+	var rows []key
+	seen := map[key]bool{}
+	for _, b := range bs {
+		for _, k := range b.keys {
+			if !seen[k] {
+				seen[k] = true
+				rows = append(rows, k)
+			}
+		}
+	}
+	for _, k := range rows {
 		fmt.Fprintf(w, "| %s | %s | %d |", dirName(k.dir), k.mode, k.cb)
 		for _, b := range bs {
 			p, ic := b.g[k]["plain"], b.g[k]["icount"]
