@@ -11,6 +11,10 @@ BOARD     ?= mx6ullevk
 TAMAGO    = $$($(GO) tool -n tamago)
 TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
 TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
+# Per board: the text address (DDR start + 64 KiB; the i.MX6Q's DDR is at
+# 0x10000000) and the DCD TamaGo ships for it, if any.
+LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
+DCD       = $(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
 test: fmt vet race cover cross
@@ -52,14 +56,14 @@ IP            ?=
 GATEWAY       ?=
 DHCP          ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
-FWLDFLAGS      = -T 0x80010000 -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
+FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
   $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))
 firmware:
 	@case "$(DHCP)" in ""|on|off) ;; *) echo "firmware: DHCP=$(DHCP): want on or off"; exit 1;; esac
 	@if [ "$(DHCP)" = off ] && [ -z "$(IP)" ]; then echo "firmware: DHCP=off needs IP=a.b.c.d/n"; exit 1; fi
 	@mkdir -p build
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
-	@dcd=$(TAMAGODIR)/board/nxp/$(BOARD)/imximage.cfg; if [ -f $$dcd ]; then \
+	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
 	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi
@@ -80,10 +84,20 @@ fuzz:
 ## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile), all in build/bench/report.md
 BENCHSIZE  ?= 33554432
 BENCHCOUNT ?= 6
+# make bench runs every board (build/bench-BOARD/, the mx6ullevk in
+# build/bench/) and puts them side by side in build/bench/boards.md;
+# make bench BOARD=x runs one.
+ALLBOARDS   := mx6ullevk mcimx7d sabrelite usbarmory
+BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),$(ALLBOARDS))
 bench: bench-host bench-qemu
 
 bench-qemu:
-	$(GO) run ./qemu/cmd/tamanic-bench -board $(BOARD) -size $(BENCHSIZE) -runs 3 -o build/bench$(if $(filter-out mx6ullevk,$(BOARD)),-$(BOARD)) $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt)
+	@for b in $(BENCHBOARDS); do \
+	  $(GO) run ./qemu/cmd/tamanic-bench -board $$b -size $(BENCHSIZE) -runs 3 -o build/bench$$([ $$b = mx6ullevk ] || echo -$$b) \
+	    $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt) || exit 1; \
+	done
+	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \
+	  $(foreach b,$(BENCHBOARDS),$(b)=build/bench$(if $(filter-out mx6ullevk,$(b)),-$(b)))
 
 bench-host:
 	@mkdir -p build/bench

@@ -13,55 +13,33 @@ func dcacheInvalidate(start, end uintptr)
 func dcacheCleanInvalidate(start, end uintptr)
 func dsb()
 
-const armLine = 32
+// armInner is the core's own cache maintenance.
+type armInner struct{}
+
+func (armInner) Clean(start, end uintptr)           { dcacheClean(start, end) }
+func (armInner) Invalidate(start, end uintptr)      { dcacheInvalidate(start, end) }
+func (armInner) CleanInvalidate(start, end uintptr) { dcacheCleanInvalidate(start, end) }
+func (armInner) Barrier()                           { dsb() }
 
 // ARMv7Cache is CacheOps for Cortex-A7 (i.MX6UL/ULL, i.MX7D) and Cortex-A9
 // (i.MX6Q/DL) cores. Outer, when set, is the PL310 of Cortex-A9 SoCs; TamaGo
-// maps RAM 1:1 so CPU addresses are physical addresses. Clean goes inner then
-// outer; invalidate goes outer then inner, so no inner line is refilled from
-// a stale outer line.
+// maps RAM 1:1 so CPU addresses are physical addresses. The order of inner
+// and outer operations is TwoLevel's (the same code, checked on the host
+// against dma/dmatest's two-level cache model).
 type ARMv7Cache struct {
 	Outer *PL310
 }
 
+func (c ARMv7Cache) ops() TwoLevel { return TwoLevel{Inner: armInner{}, Outer: c.Outer} }
+
 // Clean implements CacheOps.
-func (c ARMv7Cache) Clean(start uintptr, n int) {
-	dcacheClean(start, start+uintptr(n))
-	if c.Outer != nil {
-		c.Outer.Clean(start, n)
-		_ = c.Outer.Sync()
-	}
-}
+func (c ARMv7Cache) Clean(start uintptr, n int) { c.ops().Clean(start, n) }
 
 // Invalidate implements CacheOps.
-func (c ARMv7Cache) Invalidate(start uintptr, n int) {
-	end := start + uintptr(n)
-	if c.Outer != nil {
-		c.Outer.Invalidate(start, n)
-		_ = c.Outer.Sync()
-	}
-	// Partial lines hold bytes that are not ours: write them back first.
-	if start&(armLine-1) != 0 {
-		dcacheCleanInvalidate(start, start+1)
-		start = (start + armLine) &^ (armLine - 1)
-	}
-	if end&(armLine-1) != 0 && end > start {
-		dcacheCleanInvalidate(end-1, end)
-		end &^= armLine - 1
-	}
-	if end > start {
-		dcacheInvalidate(start, end)
-	}
-}
+func (c ARMv7Cache) Invalidate(start uintptr, n int) { c.ops().Invalidate(start, n) }
 
 // CleanInvalidate implements CacheOps.
-func (c ARMv7Cache) CleanInvalidate(start uintptr, n int) {
-	dcacheCleanInvalidate(start, start+uintptr(n))
-	if c.Outer != nil {
-		c.Outer.CleanInvalidate(start, n)
-		_ = c.Outer.Sync()
-	}
-}
+func (c ARMv7Cache) CleanInvalidate(start uintptr, n int) { c.ops().CleanInvalidate(start, n) }
 
 // Barrier implements CacheOps.
 func (ARMv7Cache) Barrier() { dsb() }

@@ -51,6 +51,31 @@ func Missing() string {
 var Boards = map[string][]string{
 	"mx6ullevk": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M"},
 	"mcimx7d":   {"-machine", "mcimx7d-sabre", "-cpu", "cortex-a7", "-m", "1G"},
+	// The SABRE Lite's console is UART2: QEMU gives the n-th -serial to
+	// UARTn, so UART1 is discarded and the stdio -serial that Boot adds
+	// lands on UART2.
+	"sabrelite": {"-machine", "sabrelite", "-cpu", "cortex-a9", "-m", "1G", "-serial", "null"},
+	// The USB armory Mk II LAN uses ENET2 and UART2: QEMU 7.2's i.MX6UL
+	// gives the n-th -nic to ENETn (hw/arm/fsl-imx6ul.c, nd_table[i] for
+	// eth[i]) and the n-th -serial to UARTn, so ENET1 gets an isolated
+	// (restrict=on) user network, UART1 is discarded, and the -nic and
+	// -serial that Boot adds land on ENET2 and UART2.
+	"usbarmory": {"-machine", "mcimx6ul-evk", "-cpu", "cortex-a7", "-m", "512M", "-serial", "null",
+		"-nic", "user,model=imx.enet,restrict=on,net=192.168.254.0/24"},
+}
+
+// LinkAddress is the firmware's text address per board (default
+// 0x80010000): where the board's DDR starts, plus 64 KiB for TamaGo's
+// vector table and page tables. The i.MX6Q's DDR starts at 0x1000_0000.
+var LinkAddress = map[string]string{"sabrelite": "0x10010000"}
+
+// linkFlags returns the -ldflags of board's firmware.
+func linkFlags(board string) string {
+	a, ok := LinkAddress[board]
+	if !ok {
+		a = "0x80010000"
+	}
+	return "-T " + a + " -R 0x1000"
 }
 
 // ControlToken is the control token every image Build makes is linked
@@ -85,7 +110,7 @@ func BuildWith(ctx context.Context, root, dir, board string, o BuildOptions) (st
 		return "", fmt.Errorf("qemu: locating the tamago tool: %w", err)
 	}
 	const appPkg = "github.com/tamanic/tamanic/firmware/app."
-	ldflags := "-T 0x80010000 -R 0x1000 -X " + appPkg + "BuildControlToken=" + ControlToken
+	ldflags := linkFlags(board) + " -X " + appPkg + "BuildControlToken=" + ControlToken
 	name := "tamanic-" + board
 	if o.IP != "" {
 		ldflags += " -X " + appPkg + "BuildIP=" + o.IP

@@ -69,6 +69,10 @@ var boards = []struct {
 }{
 	{"mx6ullevk", nil},
 	{"mcimx7d", []string{"e1000e,bus=dw-pcie"}},
+	{"sabrelite", nil},
+	// The USB armory's network is ENET2: ENET1 is on an isolated user
+	// network, so the transfers pass only through ENET2.
+	{"usbarmory", nil},
 }
 
 // TestFirmwareEndToEnd runs the same transfers on every board's firmware.
@@ -90,8 +94,15 @@ func endToEnd(t *testing.T, board string, devices []string) {
 	defer m.Stop()
 	t.Logf("booted in %v: %s", m.Boot.Round(time.Millisecond), m.Ready)
 	t.Logf("command: %s", m.CommandLine())
-	if board == "mcimx7d" {
+	switch board {
+	case "mcimx7d":
 		checkE1000e(t, m)
+	case "sabrelite":
+		checkSabreLite(t, m)
+	case "usbarmory":
+		if !strings.Contains(m.Console(), "BOARD model=emulated enet=2") {
+			t.Errorf("console has no BOARD line for ENET2:\n%s", m.Console())
+		}
 	}
 	const n = 16 << 20
 	for _, mode := range []string{"bounce", "sg", "tso"} {
@@ -198,6 +209,32 @@ func endToEnd(t *testing.T, board string, devices []string) {
 }
 
 // pcieDevices returns /stats' nic.pcie report.
+// checkSabreLite checks the board state the i.MX6Q firmware reports:
+// QEMU has no PL310 (CACHE_ID reads 0, so the L2 stays off), its global
+// timer counts at 100 MHz, and its PHY autonegotiates 100 Mb/s full
+// duplex (it is not a gigabit PHY). The driver runs with the i.MX6Q's
+// capabilities: gigabit and 16-byte TX alignment (ERR006358's re-kick is
+// package fec's on every SoC).
+func checkSabreLite(t *testing.T, m *Machine) {
+	t.Helper()
+	s, err := m.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nic, _ := s["nic"].(map[string]any)
+	b, ok := nic["board"].(map[string]any)
+	if !ok {
+		t.Fatalf("/stats has no nic.board: %v", s["nic"])
+	}
+	if b["l2"] != false || num(b, "timer_hz") != 100e6 || b["link"] != "100 Mb/s full duplex" || b["phy_error"] != nil || num(b, "phy_id") <= 0 ||
+		b["caps"] != "i.MX6Q/DL" || !strings.Contains(b["quirks"].(string), "gbit") || num(b, "tx_align") != 16 {
+		t.Fatalf("board state %v\nconsole:\n%s", b, m.Console())
+	}
+	if !strings.Contains(m.Console(), "BOARD l2=false timer_hz=100000000") {
+		t.Errorf("console has no BOARD line:\n%s", m.Console())
+	}
+}
+
 func pcieReport(t *testing.T, m *Machine) map[string]any {
 	t.Helper()
 	s, err := m.Stats()

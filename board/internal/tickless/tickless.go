@@ -1,7 +1,5 @@
-//go:build tamago && arm
-
 // Package tickless is the idle governor the tamanic boards share: it
-// replaces TamaGo's, arms the generic timer for the next deadline and waits
+// replaces TamaGo's, arms a per-core timer for the next deadline and waits
 // in WFI, and accounts idle time.
 //
 // TamaGo's default governor (arm.CPU.DefaultIdleGovernor) enters WFI only
@@ -10,87 +8,84 @@
 // always has a timer pending, so during a transfer the core never slept:
 // PC sampling under QEMU put about 40% of the busy time of a transfer in
 // that loop (arm.read_cntpct and the scheduler). This governor arms the
-// generic timer (CNTP) for the next deadline and waits in WFI: the alarm
-// or any other interrupt wakes it.
+// board's timer for the next deadline and waits in WFI: the alarm or any
+// other interrupt wakes it.
+//
+// The timer is the one thing that differs between boards: the Cortex-A7
+// boards use the generic timer's CNTP (NewGenericTimer), the Cortex-A9,
+// which has none, its global timer's comparator (board/sabrelite). The
+// logic here is the same for both.
 package tickless
 
 import (
 	"math"
-	"runtime/goos"
 	"sync/atomic"
 	"time"
-
-	"github.com/usbarmory/tamago/arm"
-	"github.com/usbarmory/tamago/arm/gic"
-)
-
-// Generic timer interrupts (PPIs) of the Cortex-A7: secure and non-secure
-// PL1 physical timer (ARM Cortex-A7 MPCore TRM, 8.2 "Generic Timer
-// interrupts"). TamaGo runs in the secure world; both are enabled so the
-// alarm wakes the core whichever one the CNTP registers drive.
-const (
-	IRQSecurePhysTimer    = 29
-	IRQNonSecurePhysTimer = 30
 )
 
 // MinSleep is the shortest wait the governor sleeps through in WFI;
 // shorter ones are spun.
 const MinSleep = 10 * time.Microsecond
 
+// Timer is what the governor needs of a core's timer.
+type Timer interface {
+	// Now returns the runtime's clock (goos.Nanotime), in nanoseconds.
+	Now() int64
+	// SetAlarm arms the timer's interrupt for the runtime time at; 0
+	// disarms it.
+	SetAlarm(at int64)
+	// IsAlarm reports whether interrupt id is the timer's.
+	IsAlarm(id int) bool
+	// Wait waits for an interrupt (WFI).
+	Wait()
+}
+
 // Governor is one core's idle governor.
 type Governor struct {
-	cpu      *arm.CPU
+	t        Timer
 	idleNs   atomic.Int64
 	tickless atomic.Bool
 }
 
-// Install makes g the runtime's idle governor on cpu. Until Serve is
-// called, waits with a pending timer are spun as TamaGo does.
-func Install(cpu *arm.CPU) *Governor {
-	g := &Governor{cpu: cpu}
-	goos.Idle = g.idle
-	return g
-}
+// New returns a governor on t. Until Serve is called, waits with a pending
+// timer are spun as TamaGo does. Install (TamaGo only) makes it the
+// runtime's.
+func New(t Timer) *Governor { return &Governor{t: t} }
 
-func (g *Governor) idle(pollUntil int64) {
-	cpu := g.cpu
-	t0 := cpu.GetTime()
+// Idle is the runtime's idle hook (goos.Idle): pollUntil is the runtime
+// time of the next timer, 0 or math.MaxInt64 when none is pending.
+func (g *Governor) Idle(pollUntil int64) {
+	t := g.t
+	t0 := t.Now()
 	switch {
 	case pollUntil == 0 || pollUntil == math.MaxInt64:
 		// No timer pending (0), or only the interrupt goroutine's
 		// endless sleep: only an interrupt can make work.
-		cpu.WaitInterrupt()
+		t.Wait()
 	case !g.tickless.Load() || pollUntil-t0 < int64(MinSleep):
 		// Spin in the scheduler: no alarm interrupt yet, or too short
 		// a wait to sleep through.
 		return
 	default:
-		// SetAlarm takes counter time without TamaGo's offset.
-		cpu.SetAlarm(pollUntil - cpu.TimerOffset)
-		cpu.WaitInterrupt()
-		cpu.SetAlarm(0)
+		t.SetAlarm(pollUntil)
+		t.Wait()
+		t.SetAlarm(0)
 	}
-	g.idleNs.Add(cpu.GetTime() - t0)
-}
-
-// EnableTimerInterrupts enables the alarm's PPIs in the GIC.
-func EnableTimerInterrupts(ic *gic.GIC) {
-	ic.EnableInterrupt(IRQSecurePhysTimer, true)
-	ic.EnableInterrupt(IRQNonSecurePhysTimer, true)
+	g.idleNs.Add(t.Now() - t0)
 }
 
 // Serve tells g that the interrupt goroutine now takes the alarm's
 // interrupt (see Alarm), so waits may sleep in WFI.
 func (g *Governor) Serve() { g.tickless.Store(true) }
 
-// Alarm handles the timer PPI in the interrupt goroutine: the alarm woke
-// the core, which is all it is for. It is disarmed (the line is level).
-// It reports whether id was the alarm.
+// Alarm handles the timer interrupt in the interrupt goroutine: the alarm
+// woke the core, which is all it is for. It is disarmed (the line is
+// level). It reports whether id was the alarm.
 func (g *Governor) Alarm(id int) bool {
-	if id != IRQSecurePhysTimer && id != IRQNonSecurePhysTimer {
+	if !g.t.IsAlarm(id) {
 		return false
 	}
-	g.cpu.SetAlarm(0)
+	g.t.SetAlarm(0)
 	return true
 }
 

@@ -78,8 +78,21 @@ func main() {
 	profSize := flag.Int64("profile-size", 4<<20, "bytes per profiled transfer (0: no profile)")
 	profOnly := flag.Bool("profile-only", false, "only profile")
 	host := flag.String("host", "", "benchstat summary of the host benchmarks, included in the report")
-	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d)")
+	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d, sabrelite, usbarmory)")
+	cmp := flag.String("compare", "", "write the boards' tables side by side to this file from the board=dir arguments' results.json, and exit")
 	flag.Parse()
+	if *cmp != "" {
+		var rep strings.Builder
+		if err := compare(&rep, flag.Args()); err != nil {
+			fail(err)
+		}
+		fmt.Print(rep.String())
+		os.MkdirAll(filepath.Dir(*cmp), 0o755)
+		if err := os.WriteFile(*cmp, []byte(rep.String()), 0o644); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if why := qemu.Missing(); why != "" {
 		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
 		os.Exit(1)

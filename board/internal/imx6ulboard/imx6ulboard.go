@@ -1,0 +1,134 @@
+//go:build tamago && arm
+
+// Package imx6ulboard is what the i.MX6UL/ULL boards share on top of
+// TamaGo's imx6ul SoC package: the memory layout with its DMA region, the
+// hand-over of an ENET from TamaGo's driver (which does clocks, PLL, pads
+// and the board's PHY set-up) to package fec, and the interrupt goroutine
+// with the shared tickless governor. A board package (board/usbarmory)
+// holds only what differs: which ENET, which TamaGo board package.
+// (board/mx6ullevk predates it and carries its own copy; it is to move
+// here.)
+package imx6ulboard
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/usbarmory/tamago/arm"
+	"github.com/usbarmory/tamago/soc/nxp/enet"
+	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
+
+	"github.com/tamanic/tamanic/board/internal/tickless"
+	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/internal/mmio"
+)
+
+// Memory layout of the 512 MiB boards: built with the `linkramsize` tag
+// (the board package sets goos.RamSize to GoRAMSize), the Go runtime gets
+// the first 480 MiB and the top 32 MiB are the DMA region.
+const (
+	RAMStart  = 0x80000000
+	RAMSize   = 512 << 20
+	GoRAMSize = 480 << 20
+	DMAStart  = RAMStart + GoRAMSize
+	DMASize   = RAMSize - GoRAMSize
+	// CoherentSize of the DMA region holds descriptor rings; the rest
+	// holds driver buffers.
+	CoherentSize = 1 << 20
+)
+
+// Board is the state of one board's bring-up.
+type Board struct {
+	irqs  atomic.Int64 // ENET interrupts serviced
+	irqNs atomic.Int64 // time in the ENET handler
+	idle  *tickless.Governor
+}
+
+// Init installs the tickless idle governor on the generic timer. The SoC
+// and console must be up (the TamaGo board package's Init).
+func Init() *Board {
+	return &Board{idle: tickless.Install(imx6ul.ARM)}
+}
+
+// Interrupts returns how many ENET interrupts were serviced and the time
+// spent in the driver's handler.
+func (b *Board) Interrupts() (n, ns int64) { return b.irqs.Load(), b.irqNs.Load() }
+
+// Nanotime is the clock the board's counters use.
+func Nanotime() int64 { return imx6ul.ARM.GetTime() }
+
+// IdleNanoseconds returns the time spent idle since Init.
+func (b *Board) IdleNanoseconds() int64 { return b.idle.IdleNanoseconds() }
+
+func region(start, size uintptr) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
+}
+
+// Memory returns the DMA memory. TamaGo maps only the runtime's RAM
+// cacheable: the DMA region is a device region, so its Cached part is
+// declared Uncached; Go heap memory TX maps in place is cleaned by address
+// range (Cortex-A7, L2 integrated, no PL310).
+func Memory() *dma.System {
+	return dma.NewSystem(dma.SystemConfig{
+		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
+		Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+			Uncached: true},
+		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
+		Cache: dma.ARMv7Cache{},
+	})
+}
+
+// ENET brings eth up through TamaGo's driver (clock gate, ENET PLL, pads,
+// the PHY set-up its board package installed), then resets the MAC and
+// returns a fec.NIC on it, initialised and interrupt-driven through the
+// GIC on irq. cfg's Regs, Mem, Caps and MAC are filled in.
+func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config) (*fec.NIC, error) {
+	eth.Init()
+	if len(eth.MAC) == 6 {
+		copy(cfg.MAC[:], eth.MAC)
+	}
+	soc := fec.IMX6ULL
+	if imx6ul.Family == imx6ul.IMX6UL {
+		soc = fec.IMX6UL
+	}
+	caps, err := fec.CapsFor(soc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Regs = mmio.Block{Base: uintptr(eth.Base)}
+	cfg.Mem = Memory()
+	cfg.Caps = caps
+	cfg.Interrupts = true
+	n, err := fec.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("imx6ul: ENET%d: %w", eth.Index, err)
+	}
+	if err := n.Init(); err != nil {
+		return nil, fmt.Errorf("imx6ul: ENET%d init: %w", eth.Index, err)
+	}
+	// IRQs are unmasked by ServiceInterrupts itself once its goroutine
+	// sleeps: unmasking them earlier loses an interrupt that arrives
+	// before the handler goroutine exists.
+	imx6ul.GIC.Init(true, false)
+	imx6ul.GIC.EnableInterrupt(irq, true)
+	tickless.EnableTimerInterrupts(imx6ul.GIC)
+	go arm.ServiceInterrupts(func() {
+		for {
+			id := imx6ul.GIC.GetInterrupt(true)
+			switch {
+			case id >= 1020:
+				return
+			case id == irq:
+				t0 := imx6ul.ARM.GetTime()
+				_, _ = n.Interrupt()
+				b.irqNs.Add(imx6ul.ARM.GetTime() - t0)
+				b.irqs.Add(1)
+			case b.idle.Alarm(id):
+			}
+		}
+	})
+	b.idle.Serve()
+	return n, nil
+}
