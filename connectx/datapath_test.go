@@ -136,7 +136,7 @@ func TestSmallGSOIsAPlainSend(t *testing.T) {
 	if err := pkttest.Checksums(c.frames[0]); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []tso.Options{{Type: tso.UDPFragment, MSS: 1400}, {Type: tso.TCP, MSS: 10}} {
+	for _, bad := range []tso.Options{{Type: tso.UDPFragment, MSS: 1400}, {Type: tso.TCP, MSS: tso.MinTCPMSS - 1}} {
 		if err := a.NIC.TransmitGSO(hdr, [][]byte{make([]byte, 3000)}, bad, nil); !errors.Is(err, connectx.ErrBadPacket) {
 			t.Errorf("%+v: %v", bad, err)
 		}

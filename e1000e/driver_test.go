@@ -245,7 +245,7 @@ func TestTransmitRejects(t *testing.T) {
 		"runt":     r.nic.Transmit([][]byte{make([]byte, 10)}, false, 1),
 		"too long": r.nic.Transmit([][]byte{make([]byte, 1519)}, false, 1),
 		"udp gso":  r.nic.TransmitGSO(hdr, [][]byte{pay}, tso.Options{Type: tso.UDPFragment, MSS: 1400}, 1),
-		"mss":      r.nic.TransmitGSO(hdr, [][]byte{pay}, tso.Options{Type: tso.TCP, MSS: 10}, 1),
+		"mss":      r.nic.TransmitGSO(hdr, [][]byte{pay}, tso.Options{Type: tso.TCP, MSS: tso.MinTCPMSS - 1}, 1),
 		"hdr":      r.nic.TransmitGSO(hdr[:40], [][]byte{pay}, tso.Options{Type: tso.TCP, MSS: 1400}, 1),
 		"big":      r.nic.TransmitGSO(hdr, [][]byte{make([]byte, 70000)}, tso.Options{Type: tso.TCP, MSS: 1400}, 1),
 		"hdr+data": r.nic.TransmitGSO(append(append([]byte(nil), hdr...), 1, 2), [][]byte{pay}, tso.Options{Type: tso.TCP, MSS: 1400}, 1),
