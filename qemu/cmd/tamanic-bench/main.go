@@ -79,6 +79,8 @@ func main() {
 	profOnly := flag.Bool("profile-only", false, "only profile")
 	host := flag.String("host", "", "benchstat summary of the host benchmarks, included in the report")
 	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d)")
+	withBaseline := flag.Bool("baseline", true, "also build and measure the baseline firmware (TamaGo's own ENET driver with usbarmory/go-net, module baseline/; mx6ullevk only)")
+	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if why := qemu.Missing(); why != "" {
 		fmt.Fprintln(os.Stderr, "tamanic-bench: cannot run:", why)
@@ -106,6 +108,7 @@ func main() {
 		}
 	}
 	var all []Run
+	var ips []IperfRun
 	for _, boot := range []string{"plain", "icount"} {
 		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount"})
 		if err != nil {
@@ -141,12 +144,38 @@ func main() {
 				all = append(all, r)
 			}
 		}
+		if boot == "plain" && *iperfTime > 0 {
+			ir, err := iperfRuns(ctx, m, []string{"bounce", "sg", "tso"}, true, *iperfTime)
+			if err != nil {
+				m.Stop()
+				fail(err)
+			}
+			ips = append(ips, ir...)
+		}
 		m.Stop()
+	}
+	if *withBaseline && board == "mx6ullevk" {
+		belf, err := buildBaseline(ctx, root, *out, board)
+		if err != nil {
+			fail(err)
+		}
+		// Its own time budget: the main firmware's boots may have used
+		// most of ctx's.
+		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		br, bi, err := benchBaseline(bctx, belf, *size, *runs, *iperfTime)
+		bcancel()
+		if err != nil {
+			fail(err)
+		}
+		all, ips = append(all, br...), append(ips, bi...)
 	}
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
+	js, _ = json.MarshalIndent(ips, "", "  ")
+	os.WriteFile(filepath.Join(*out, "iperf3.json"), js, 0o644)
 	var rep strings.Builder
 	table(&rep, all)
+	baselineReport(&rep, all, ips)
 	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
 	stageTable(&rep, all)
 	if len(profs) > 0 {
