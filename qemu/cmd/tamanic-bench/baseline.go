@@ -177,3 +177,34 @@ func ratio(a, b float64) string {
 	}
 	return fmt.Sprintf("%.2f", a/b)
 }
+
+// profileBaseline samples the baseline firmware's program counter over one
+// transfer each way, as profile does for tamanic's configurations.
+func profileBaseline(ctx context.Context, elf string, size int64, every time.Duration) ([]ProfileRun, error) {
+	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: true, GDB: true})
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	defer m.Stop()
+	if err := m.SetSinkHash(false); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	fmt.Printf("# baseline profile boot: %s\n", m.Ready)
+	var out []ProfileRun
+	for _, dir := range []string{"tx", "rx"} {
+		pr, err := m.StartProfile(elf, idleFunc, every)
+		if err != nil {
+			return nil, err
+		}
+		r, terr := transfer(m, "icount+gdb", dir, BaselineMode, 0, 0, size)
+		p, perr := pr.Stop()
+		if terr != nil {
+			return nil, fmt.Errorf("baseline profile %s: %w\n%s", dir, terr, m.Console())
+		}
+		if perr != nil {
+			return nil, perr
+		}
+		out = append(out, ProfileRun{Run: r, Samples: p.Samples, Idle: p.Idle, Stages: p.ByStage(), Top: p.Top(12)})
+	}
+	return out, nil
+}

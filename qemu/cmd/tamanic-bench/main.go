@@ -155,19 +155,26 @@ func main() {
 		m.Stop()
 	}
 	if *withBaseline && board == "mx6ullevk" {
-		belf, err := buildBaseline(ctx, root, *out, board)
-		if err != nil {
-			fail(err)
-		}
 		// Its own time budget: the main firmware's boots may have used
 		// most of ctx's.
 		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer bcancel()
+		belf, err := buildBaseline(bctx, root, *out, board)
+		if err != nil {
+			fail(err)
+		}
 		br, bi, err := benchBaseline(bctx, belf, *size, *runs, *iperfTime)
-		bcancel()
 		if err != nil {
 			fail(err)
 		}
 		all, ips = append(all, br...), append(ips, bi...)
+		if *profSize > 0 {
+			bp, err := profileBaseline(bctx, belf, *profSize, time.Millisecond)
+			if err != nil {
+				fail(err)
+			}
+			profs = append(profs, bp...)
+		}
 	}
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
