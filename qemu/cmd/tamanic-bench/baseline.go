@@ -208,3 +208,19 @@ func profileBaseline(ctx context.Context, elf string, size int64, every time.Dur
 	}
 	return out, nil
 }
+
+// runBaseline builds the baseline firmware and measures it: transfers,
+// iperf3 and, when profSize > 0, a profile. What it measured before an
+// error is returned with the error.
+func runBaseline(ctx context.Context, root, out string, size int64, runs int, iperfTime time.Duration, profSize int64) ([]Run, []IperfRun, []ProfileRun, error) {
+	elf, err := buildBaseline(ctx, root, out, board)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rs, ips, err := benchBaseline(ctx, elf, size, runs, iperfTime)
+	if err != nil || profSize <= 0 {
+		return rs, ips, nil, err
+	}
+	ps, err := profileBaseline(ctx, elf, profSize, time.Millisecond)
+	return rs, ips, ps, err
+}
