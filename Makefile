@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...
 FUZZTIME  ?= 30s
 
-.PHONY: test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
+.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -17,13 +17,17 @@ LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
 DCD       = $(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
-test: fmt vet race cover cross
+test: fmt vet race cover cross baseline-test
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet $(PKGS)
+
+## baseline-test: the baseline firmware's module (baseline/, TamaGo's own ENET driver with go-net) is vetted and its glue tested
+baseline-test:
+	cd baseline && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 unit:
 	$(GO) test $(PKGS)

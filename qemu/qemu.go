@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -246,7 +247,16 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)
 	}
+	// freePorts has closed its listeners: the kernel may hand one of
+	// those ports out again, and QEMU refuses two forwards on one port.
 	ip, err := freeTCPAndUDPPort()
+	for try := 0; err == nil && slices.Contains(ps, ip); try++ {
+		if try == 32 {
+			err = errors.New("the kernel kept handing out the same ports")
+			break
+		}
+		ip, err = freeTCPAndUDPPort()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)
 	}

@@ -80,6 +80,8 @@ func main() {
 	host := flag.String("host", "", "benchstat summary of the host benchmarks, included in the report")
 	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d, sabrelite, usbarmory)")
 	cmp := flag.String("compare", "", "write the boards' tables side by side to this file from the board=dir arguments' results.json, and exit")
+	withBaseline := flag.Bool("baseline", true, "also build and measure the baseline firmware (TamaGo's own ENET driver with usbarmory/go-net, module baseline/; mx6ullevk only)")
+	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if *cmp != "" {
 		var rep strings.Builder
@@ -119,6 +121,7 @@ func main() {
 		}
 	}
 	var all []Run
+	var ips []IperfRun
 	for _, boot := range []string{"plain", "icount"} {
 		// On the i.MX7D the e1000e (Intel 82574L, hardware checksums and
 		// TSO) is benchmarked beside the ENET, on its own user network.
@@ -164,12 +167,36 @@ func main() {
 				all = append(all, r)
 			}
 		}
+		if boot == "plain" && *iperfTime > 0 {
+			ir, err := iperfRuns(ctx, m, []string{"bounce", "sg", "tso"}, true, *iperfTime)
+			if err != nil {
+				m.Stop()
+				fail(err)
+			}
+			ips = append(ips, ir...)
+		}
 		m.Stop()
 	}
+	if *withBaseline && board == "mx6ullevk" {
+		// Its own time budget: the main firmware's boots may have used
+		// most of ctx's. A failure of the reference firmware is reported,
+		// not fatal: tamanic's figures stand on their own.
+		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer bcancel()
+		br, bi, bp, err := runBaseline(bctx, root, *out, *size, *runs, *iperfTime, *profSize)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tamanic-bench: baseline (its rows are missing from the report):", err)
+		}
+		all, ips, profs = append(all, br...), append(ips, bi...), append(profs, bp...)
+	}
+
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
+	js, _ = json.MarshalIndent(ips, "", "  ")
+	os.WriteFile(filepath.Join(*out, "iperf3.json"), js, 0o644)
 	var rep strings.Builder
 	table(&rep, all)
+	baselineReport(&rep, all, ips)
 	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
 	stageTable(&rep, all)
 	if len(profs) > 0 {
