@@ -11,9 +11,15 @@
 // and its own instance of the services, and /stats of both interfaces
 // reports it under nic.e1000e ("E1000E ip=... mac=..." on the console).
 //
+// When a ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the
+// bus, or QEMU's ivshmem-plain (1af4:1110) whose BAR2 is a ConnectX BAR0
+// served by tamanic-cxsim, it becomes NIC 3, polled, with its own address
+// and services; /stats reports it under nic.connectx, with its transport
+// ("CONNECTX ip=... transport=..." on the console, or "CONNECTX none").
+//
 // The addresses are set at build time:
 //
-//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2 -X main.E1000EIP=10.0.2.1/24"
+//	-ldflags "-X main.IP=10.0.0.1/24 -X main.Gateway=10.0.0.2 -X main.E1000EIP=10.0.2.1/24 -X main.CXIP=10.0.3.1/24"
 package main
 
 import (
@@ -58,6 +64,7 @@ type controls struct {
 	*app.NICControls
 	pcie   mcimx7d.PCIeReport
 	e1000e *e1000eControls
+	cx     *cxControls
 }
 
 // Stats returns the NIC's members with "pcie" (and "e1000e") added.
@@ -69,6 +76,9 @@ func (c controls) Stats() any {
 	m["pcie"] = c.pcie
 	if c.e1000e != nil {
 		m["e1000e"] = c.e1000e.Stats()
+	}
+	if c.cx != nil {
+		m["connectx"] = c.cx.Stats()
 	}
 	return m
 }
@@ -236,6 +246,17 @@ func main() {
 			}
 			ctl.e1000e = c
 		}
+		c, err := addConnectX(s, rc, boot)
+		switch {
+		case err != nil:
+			// Reported, not fatal: the other interfaces still serve.
+			fmt.Printf("CONNECTX error=%q\n", err.Error())
+		case c == nil:
+			fmt.Println("CONNECTX none: no Mellanox 15b3 or ivshmem 1af4:1110 function on the bus")
+		}
+		ctl.cx = c
+	} else {
+		fmt.Println("CONNECTX none: no PCIe root complex")
 	}
 	srv := &app.Server{Stack: s, NIC: 1, Addr: tcpip.AddrFrom4(addr.Addr().As4()), Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {
