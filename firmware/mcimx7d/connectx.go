@@ -104,6 +104,7 @@ func (c *cxControls) Stats() any {
 // watch polls the health counter through w until the board stops.
 func (c *cxControls) watch(w *pcie.Window) {
 	last := w.Read32(cxHealthOffset)
+	c.health.Store(last)
 	for {
 		time.Sleep(cxHealthEvery)
 		v := w.Read32(cxHealthOffset)
