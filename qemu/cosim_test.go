@@ -266,3 +266,48 @@ func TestConnectXNoCard(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConnectXCosimModelLate: QEMU starts first (creating both files) and
+// the model a second later; the firmware waits for the init segment and
+// brings the ConnectX up.
+func TestConnectXCosimModelLate(t *testing.T) {
+	elf := firmware(t, "mcimx7d")
+	root, _ := filepath.Abs("..")
+	dir, err := tempDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := BuildCXSim(ctx, root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type booted struct {
+		m   *Machine
+		err error
+	}
+	ch := make(chan booted, 1)
+	go func() {
+		m, err := Boot(ctx, Options{ELF: elf, Board: "mcimx7d", Args: CosimArgs(dir)})
+		ch <- booted{m, err}
+	}()
+	time.Sleep(time.Second)
+	sim, err := StartCXSim(bin, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Kill()
+	b := <-ch
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	defer b.m.Stop()
+	if !strings.Contains(b.m.Console(), "CONNECTX ip="+CXGuest+"/24") {
+		t.Fatalf("console:\n%s\ncxsim:\n%s", b.m.Console(), sim.Output())
+	}
+	if v := sim.Violations(); len(v) != 0 {
+		t.Fatalf("violations:\n%s", strings.Join(v, "\n"))
+	}
+}

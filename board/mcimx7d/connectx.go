@@ -5,6 +5,7 @@ package mcimx7d
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/pcie"
@@ -23,6 +24,11 @@ const (
 	// cxBARMap is how much of BAR0 is mapped: the init segment and the
 	// first UAR pages (the driver allocates one UAR).
 	cxBARMap = 1 << 20
+	// cxCmdIfRev is the init segment's cmdif_rev_fw_sub word, never zero
+	// on a running function; cxServeTimeout bounds the wait for a model to
+	// serve an ivshmem BAR.
+	cxCmdIfRev     = 0x004
+	cxServeTimeout = 10 * time.Second
 )
 
 // Transports of a ConnectX function.
@@ -86,6 +92,19 @@ func ConnectX(rc *pcie.RC, d *pcie.Device, transport string, bar int, cfg connec
 	if err := d.SetBusMaster(true); err != nil {
 		w.Release()
 		return nil, nil, fmt.Errorf("mcimx7d: connectx %v: %w", d.BDF, err)
+	}
+	if transport == TransportIVSHMEM {
+		// An ivshmem BAR is plain memory: until a model process serves it,
+		// it reads zero, which the driver would take for a ready firmware
+		// of command interface revision 0. Wait for the init segment.
+		end := Nanotime() + int64(cxServeTimeout)
+		for w.Read32(cxCmdIfRev) == 0 {
+			if Nanotime() > end {
+				w.Release()
+				return nil, nil, fmt.Errorf("mcimx7d: connectx %v: ivshmem BAR still blank after %v: no model (tamanic-cxsim) serving it", d.BDF, cxServeTimeout)
+			}
+			delay(time.Millisecond)
+		}
 	}
 	cfg.ConfigSpace = cxConfig{d: d, ivshmem: transport == TransportIVSHMEM}
 	cfg.BAR0 = w
