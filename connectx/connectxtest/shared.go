@@ -90,6 +90,15 @@ var published = []uint32{0x000, 0x004, 0x010, 0x014, 0x1FC, 0x1010}
 // Poll last published there (firmware revision, command interface, the
 // initializing bit, the health counter, which Poll advances each call).
 //
+// Ordering: the driver's stores reach the shared pages in program order
+// as far as its barriers require (QEMU executes them as host stores and
+// turns the guest's DMB into a host fence), and this process reads each
+// word the driver publishes (doorbell vector, UAR words, doorbell records,
+// the command entry's ownership) with one atomic load before the data it
+// covers, then re-reads it on every poll: nothing is cached between polls.
+// Entries it writes (CQEs, EQEs, the command status) are written body
+// first, the ownership word last in one atomic store.
+//
 // What this transport cannot see, and so cannot check: a store that
 // leaves a word unchanged (cmdq_addr_h rewritten with the same value), the
 // order of the two halves of a doorbell beyond what their values show,
