@@ -53,6 +53,9 @@ type Run struct {
 	TxPerMiB       float64 `json:"endpoint_tx_ns_per_mib"`
 	IRQsPerMiB     float64 `json:"irqs_per_mib"`
 	RxPassesPerMiB float64 `json:"rx_passes_per_mib"`
+	// LSOPerMiB counts the ConnectX's LSO WQEs (each segmented by the
+	// card, which the guest does not see).
+	LSOPerMiB float64 `json:"lso_wqes_per_mib,omitempty"`
 }
 
 func num(m map[string]any, path ...string) float64 {
@@ -264,7 +267,7 @@ func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run
 		// figure the offload saves on.
 		if dir == "tx" {
 			r.StackPktsPerMiB = d("nic", "endpoint", "TxPackets") / mib
-			r.SegmentsPerMiB = d("nic", "driver", "TxLSO") / mib
+			r.LSOPerMiB = d("nic", "driver", "TxLSO") / mib
 		} else {
 			r.FramesPerMiB = d("nic", "driver", "RxPackets") / mib
 		}
