@@ -3,7 +3,9 @@ package connectxtest
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/dma"
@@ -159,6 +161,52 @@ func native(v uint32) uint32 {
 
 func (s *Shared) store(off, v uint32) { atomic.StoreUint32(s.word(off), native(v)) }
 
+// settleWait bounds how long Poll waits for the second word of a send
+// doorbell whose first word it has seen.
+const settleWait = 20 * time.Millisecond
+
+// settle returns the second word of the send doorbell at off whose first
+// word is lo, and false if the first word changed meanwhile. A first word
+// names a posted WQE; when hi is not that WQE's second control word (or
+// names no SQ: the previous doorbell's, or none yet), the driver's second
+// store may still be on its way, so settle waits until hi
+// changes, at most settleWait (a driver that never stores the right
+// second word is then reported by the model as before).
+func (s *Shared) settle(off, lo, hi uint32) (uint32, bool) {
+	if want, ok := s.ctrlHi(lo, hi); ok && want == hi {
+		return hi, true
+	}
+	end := time.Now().Add(settleWait)
+	for time.Now().Before(end) {
+		if h := s.load(off + 4); h != hi {
+			return h, s.load(off) == lo
+		}
+		runtime.Gosched()
+	}
+	return hi, s.load(off) == lo
+}
+
+// ctrlHi returns the second control word (as the driver's little-endian
+// store writes it) of the WQE the doorbell words lo, hi name, read from
+// memory; false when there is no such SQ or WQE.
+func (s *Shared) ctrlHi(lo, hi uint32) (uint32, bool) {
+	var l, h [4]byte
+	binary.LittleEndian.PutUint32(l[:], lo)
+	binary.LittleEndian.PutUint32(h[:], hi)
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	q := s.m.sqs[binary.BigEndian.Uint32(h[:])>>8]
+	if q == nil {
+		return 0, false
+	}
+	idx := uint32(binary.BigEndian.Uint16(l[1:3]))
+	w, err := s.m.readWQ(q, uint64(idx&(1<<q.logSize-1))*64, 8)
+	if err != nil {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(w[4:8]), true
+}
+
 // Poll takes what the driver wrote since the last call, runs it on the
 // model and publishes the init segment. It reports whether the driver had
 // written anything (a caller backs off when it had not).
@@ -212,6 +260,17 @@ func (s *Shared) Poll() bool {
 			v := uint64(hi)<<32 | uint64(lo1)
 			if v == s.seen[off] {
 				continue
+			}
+			if uint32(s.seen[off]) != lo1 {
+				// A new first word: the second may not have landed yet (the
+				// driver stores them one after the other, and this poll
+				// may fall between). Wait for it, boundedly.
+				var ok bool
+				if hi, ok = s.settle(off, lo1, hi); !ok {
+					busy = true // rung again meanwhile: taken next time
+					continue
+				}
+				v = uint64(hi)<<32 | uint64(lo1)
 			}
 			s.seen[off] = v
 			busy = true

@@ -201,3 +201,107 @@ func TestFileMemoryBounds(t *testing.T) {
 		t.Fatalf("faults %q", faults)
 	}
 }
+
+// tornRegs runs a poll between the two stores of every send doorbell: the
+// poll sees the new first word beside the previous second word.
+type tornRegs struct {
+	memRegs
+	s    *Shared
+	torn *atomic.Int32
+	wg   *sync.WaitGroup
+}
+
+func (r tornRegs) Write32(off, v uint32) {
+	r.memRegs.Write32(off, v)
+	if off >= 4096 && (off%4096 == 0x800 || off%4096 == 0x900) {
+		r.torn.Add(1)
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.s.Poll() }()
+		time.Sleep(2 * time.Millisecond) // the poll reads before the second store
+	}
+}
+
+// TestSharedTornDoorbell: a poll that falls between the two stores of a
+// send doorbell (the second word changing: 2, then 3 data segments) takes
+// the doorbell whole, without a violation. Before Shared waited for the
+// second word, this reported "doorbell bytes ... differ from WQE".
+func TestSharedTornDoorbell(t *testing.T) {
+	mem := dmatest.New(t, dmatest.Options{CoherentSize: 4 << 20})
+	m := New(Options{Mem: mem})
+	words := make([]uint64, barSize/8)
+	bar := memRegs(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), barSize))
+	s, err := NewShared(m, bar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viol []string
+	var vmu sync.Mutex
+	s.OnViolation = func(v string) { vmu.Lock(); viol = append(viol, v); vmu.Unlock() }
+	var pmu sync.Mutex // one poller at a time, as in tamanic-cxsim
+	poll := func() bool { pmu.Lock(); defer pmu.Unlock(); return s.Poll() }
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !poll() {
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}()
+	var torn atomic.Int32
+	var wg sync.WaitGroup
+	regs := tornRegs{memRegs: bar, s: s, torn: &torn, wg: &wg}
+	nic, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: regs, Mem: mem,
+		Sleep: func() { time.Sleep(10 * time.Microsecond) }})
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	var completed atomic.Int32
+	nic.SetTxDone(func(any, error) { completed.Add(1) })
+	f := udpFrame([6]byte{2, 0, 0, 0, 0, 1}, nic.MAC(), bytes.Repeat([]byte("t"), 600))
+	// 18 bytes inline and 1, 2, then 1 data segments: the second word
+	// (sqn, DS count) changes with every doorbell.
+	for _, frags := range [][][]byte{{f}, {f[:300], f[300:]}, {f}, {f[:100], f[100:400], f[400:]}} {
+		if err := nic.Transmit(frags, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+	}
+	for i := 0; i < 1000 && completed.Load() < 4; i++ {
+		poll()
+		nic.Poll()
+	}
+	if torn.Load() != 4 || completed.Load() != 4 {
+		t.Fatalf("%d doorbells, %d completions", torn.Load(), completed.Load())
+	}
+	stop, done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			poll()
+			time.Sleep(20 * time.Microsecond)
+		}
+	}()
+	if err := nic.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+	vmu.Lock()
+	defer vmu.Unlock()
+	if len(viol) != 0 {
+		t.Fatalf("violations: %q", viol)
+	}
+}
