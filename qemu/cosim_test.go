@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -62,6 +63,16 @@ func cosim(t *testing.T) (*Machine, *CXSim, *WirePeer) {
 	return m, sim, peer
 }
 
+// cosimDiag describes a stalled co-simulation: ENET1's /stats (with
+// nic.connectx), the console, and the model's output and counters (it is
+// stopped).
+func cosimDiag(m *Machine, sim *CXSim) string {
+	s, err := m.Stats()
+	b, _ := json.Marshal(s)
+	stats, serr := sim.Stop()
+	return fmt.Sprintf("ENET1 /stats (%v): %s\nconsole:\n%s\ncxsim (%v):\n%s\n%s", err, b, m.Console(), serr, sim.Output(), stats)
+}
+
 // cxStats returns nic.connectx of a /stats document.
 func cxStats(t *testing.T, p *Ports) map[string]any {
 	t.Helper()
@@ -109,11 +120,11 @@ func TestConnectXCosim(t *testing.T) {
 		go func() { _, err := m.Receive(1<<20, 2*time.Minute); enet <- err }()
 		el, err := cx.Receive(n, 5*time.Minute)
 		if err != nil {
-			t.Fatalf("%s guest->peer over the ConnectX: %v\nconsole:\n%s\ncxsim:\n%s", mode, err, m.Console(), sim.Output())
+			t.Fatalf("%s guest->peer over the ConnectX: %v\n%s", mode, err, cosimDiag(m, sim))
 		}
 		r, err := cx.Send(n, 5*time.Minute)
 		if err != nil || r.Bytes != n {
-			t.Fatalf("%s peer->guest over the ConnectX: %+v %v\nconsole:\n%s", mode, r, err, m.Console())
+			t.Fatalf("%s peer->guest over the ConnectX: %+v %v\n%s", mode, r, err, cosimDiag(m, sim))
 		}
 		if err := <-enet; err != nil {
 			t.Fatalf("%s: ENET1 during the ConnectX transfer: %v", mode, err)
