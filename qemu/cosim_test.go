@@ -313,15 +313,17 @@ func TestConnectXCosimModelLate(t *testing.T) {
 	}()
 	time.Sleep(time.Second)
 	sim, err := StartCXSim(bin, dir)
+	b := <-ch
+	if b.m != nil {
+		defer b.m.Stop()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sim.Kill()
-	b := <-ch
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
-	defer b.m.Stop()
 	if !strings.Contains(b.m.Console(), "CONNECTX ip="+CXGuest+"/24") {
 		t.Fatalf("console:\n%s\ncxsim:\n%s", b.m.Console(), sim.Output())
 	}
