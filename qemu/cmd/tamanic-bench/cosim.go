@@ -10,6 +10,9 @@ import (
 	"github.com/tamanic/tamanic/qemu"
 )
 
+// abandon, while a co-simulation runs, ends it (fail calls it).
+var abandon func()
+
 // cxPorts reaches the ConnectX interface's services through the peer
 // stack on tamanic-cxsim's wire, during an i.MX7D boot (nil otherwise).
 var cxPorts *qemu.Ports
@@ -42,7 +45,15 @@ func startCosim(ctx context.Context, root, out string) (*cosim, []string, error)
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
-	return &cosim{dir: dir, sim: sim}, qemu.CosimArgs(dir), nil
+	c := &cosim{dir: dir, sim: sim}
+	abandon = func() {
+		if c.peer != nil {
+			c.peer.Close()
+		}
+		sim.Kill()
+		os.RemoveAll(dir)
+	}
+	return c, qemu.CosimArgs(dir), nil
 }
 
 // attach connects the peer stack once the firmware is up.
@@ -58,7 +69,7 @@ func (c *cosim) attach() error {
 
 // stop ends the peer and the model; a model violation is an error.
 func (c *cosim) stop() error {
-	cxPorts = nil
+	cxPorts, abandon = nil, nil
 	if c.peer != nil {
 		c.peer.Close()
 	}

@@ -207,6 +207,9 @@ func main() {
 }
 
 func fail(err error) {
+	if abandon != nil {
+		abandon()
+	}
 	fmt.Fprintln(os.Stderr, "tamanic-bench:", err)
 	os.Exit(1)
 }
