@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu clean
+.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim clean
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -75,6 +75,14 @@ firmware:
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:
 	$(GO) run ./qemu/cmd/tamanic-qemu -board $(BOARD) $(if $(filter mcimx7d,$(BOARD)),-e1000e)
+
+## cosim: the i.MX7D firmware under QEMU driving the ConnectX model in a tamanic-cxsim process (BAR0 an
+## ivshmem BAR, guest RAM shared as a file); prints the model's wire address (CXPORT, default 7700) and how
+## to attach a peer; Ctrl-C stops both
+cosim:
+	$(MAKE) firmware BOARD=mcimx7d
+	$(GO) build -o build/tamanic-cxsim ./qemu/cmd/tamanic-cxsim
+	sh scripts/cosim.sh build/tamanic-mcimx7d.elf build/tamanic-cxsim
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:

@@ -158,6 +158,8 @@ type Options struct {
 	// root port on its own user network (E1000ENet, host .2), its
 	// services forwarded from 127.0.0.1 (Machine.E1000E).
 	E1000E bool
+	// Args are further QEMU arguments (CosimArgs).
+	Args []string
 }
 
 // E1000ENet is the e1000e's user network and E1000EGuest the firmware's
@@ -176,6 +178,10 @@ type Ports struct {
 	// for TCP and UDP alike, as the iperf3 client uses one port number for
 	// both.
 	IperfPort int
+	// Dial, when set, reaches a guest port instead of 127.0.0.1 (the
+	// ports are then the guest's own: a peer stack on a co-simulation's
+	// wire, WirePeer.Ports).
+	Dial func(ctx context.Context, port int) (net.Conn, error)
 }
 
 func (p Ports) hostfwd(guest string) string {
@@ -282,6 +288,7 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		m.Args = append(m.Args, "-netdev", "user,id=e1k,net="+E1000ENet+",host="+E1000EHost+","+m.E1000E.hostfwd(E1000EGuest),
 			"-device", "e1000e,bus=dw-pcie,netdev=e1k")
 	}
+	m.Args = append(m.Args, o.Args...)
 	if o.Icount {
 		m.Args = append(m.Args, "-icount", "shift=0,sleep=off")
 	}
@@ -365,6 +372,21 @@ func (m *Machine) CommandLine() string {
 	return "qemu-system-arm " + strings.Join(m.Args, " ")
 }
 
+// dial reaches port through Dial when set, else on 127.0.0.1.
+func (m *Ports) dial(port int, timeout time.Duration) (net.Conn, error) {
+	if m.Dial == nil {
+		return dial(port, timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := m.Dial(ctx, port)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(timeout))
+	return c, nil
+}
+
 func dial(port int, timeout time.Duration) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second)
 	if err != nil {
@@ -383,7 +405,7 @@ type SinkResult struct {
 // Send streams n bytes of app.Pattern to the guest's sink (5001).
 func (m *Ports) Send(n int64, timeout time.Duration) (SinkResult, error) {
 	var r SinkResult
-	c, err := dial(m.SinkPort, timeout)
+	c, err := m.dial(m.SinkPort, timeout)
 	if err != nil {
 		return r, fmt.Errorf("qemu: sink: %w", err)
 	}
@@ -392,7 +414,7 @@ func (m *Ports) Send(n int64, timeout time.Duration) (SinkResult, error) {
 	if _, err := io.Copy(c, app.PatternStream(n)); err != nil {
 		return r, fmt.Errorf("qemu: sink: sending: %w", err)
 	}
-	c.(*net.TCPConn).CloseWrite()
+	c.(interface{ CloseWrite() error }).CloseWrite()
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return r, fmt.Errorf("qemu: sink: reply: %w", err)
@@ -405,7 +427,7 @@ func (m *Ports) Send(n int64, timeout time.Duration) (SinkResult, error) {
 // Receive asks the guest's source (5002) for n bytes and checks they are
 // app.Pattern, by SHA-256.
 func (m *Ports) Receive(n int64, timeout time.Duration) (time.Duration, error) {
-	c, err := dial(m.SourcePort, timeout)
+	c, err := m.dial(m.SourcePort, timeout)
 	if err != nil {
 		return 0, fmt.Errorf("qemu: source: %w", err)
 	}
@@ -452,7 +474,7 @@ func (m *Ports) Echo(d []byte, timeout time.Duration) ([]byte, error) {
 
 // Stats fetches /stats.
 func (m *Ports) Stats() (map[string]any, error) {
-	r, err := (&http.Client{Timeout: 60 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
+	r, err := m.client().Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +520,26 @@ func (m *Ports) PostMode(query, authorization string) (*http.Response, error) {
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
-	return (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	return m.client().Do(req)
+}
+
+// client is an HTTP client that reaches the guest through Dial when set.
+func (m *Ports) client() *http.Client {
+	c := &http.Client{Timeout: 60 * time.Second}
+	if m.Dial != nil {
+		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			_, p, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			port, err := strconv.Atoi(p)
+			if err != nil {
+				return nil, err
+			}
+			return m.Dial(ctx, port)
+		}}
+	}
+	return c
 }
 
 // Iperf3 runs the stock iperf3 client against the guest's iperf3 server

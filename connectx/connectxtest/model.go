@@ -37,7 +37,10 @@ import (
 
 // Options configure a Model.
 type Options struct {
-	Mem      *dmatest.Memory
+	Mem *dmatest.Memory
+	// Device, used when Mem is nil, is any other memory the model reaches
+	// by DMA (a file shared with an emulator: see Shared).
+	Device   DeviceMemory
 	MAC      [6]byte
 	DeviceID uint16 // default 0x1015 (ConnectX-4 Lx)
 	// Firmware pages wanted at each stage (defaults 4, 16, 0).
@@ -148,7 +151,7 @@ type fte struct{ group, tir uint32 }
 type Model struct {
 	mu     sync.Mutex
 	opts   Options
-	mem    *dmatest.Memory
+	mem    DeviceMemory
 	faults Faults
 	cfg    [16]uint32
 	bar    []byte
@@ -220,7 +223,11 @@ func New(o Options) *Model {
 	if o.MAC == [6]byte{} {
 		o.MAC = [6]byte{0x02, 0xC7, 0, 0, 0, 1}
 	}
-	m := &Model{opts: o, mem: o.Mem, bar: make([]byte, barSize), act: make(chan struct{}, 1),
+	var mem DeviceMemory = o.Device
+	if o.Mem != nil {
+		mem = o.Mem
+	}
+	m := &Model{opts: o, mem: mem, bar: make([]byte, barSize), act: make(chan struct{}, 1),
 		polls: o.InitPolls, link: !o.LinkDown, next: 0x10}
 	m.cfg[0] = uint32(o.DeviceID)<<16 | 0x15B3
 	m.reset()

@@ -11,9 +11,17 @@
 // and its own instance of the services, and /stats of both interfaces
 // reports it under nic.e1000e ("E1000E ip=... mac=..." on the console).
 //
+// When a ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the
+// bus, or QEMU's ivshmem-plain (1af4:1110) whose BAR2 is a ConnectX BAR0
+// served by tamanic-cxsim, it becomes NIC 3, polled, with its own address
+// and services; /stats reports it under nic.connectx, with its transport
+// ("CONNECTX ip=... transport=..." on the console, or "CONNECTX none").
+//
 // ENET1's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware IP=10.0.0.1/24 GATEWAY=10.0.0.2. The
-// 82574L's is set at build time: -ldflags "-X main.E1000EIP=10.0.2.1/24".
+// others are set at build time:
+//
+//	-ldflags "-X main.E1000EIP=10.0.2.1/24 -X main.CXIP=10.0.3.1/24"
 package main
 
 import (
@@ -57,6 +65,7 @@ type controls struct {
 	*app.NICControls
 	pcie   mcimx7d.PCIeReport
 	e1000e *e1000eControls
+	cx     *cxControls
 }
 
 // Stats returns the NIC's members with "pcie" (and "e1000e") added.
@@ -68,6 +77,9 @@ func (c controls) Stats() any {
 	m["pcie"] = c.pcie
 	if c.e1000e != nil {
 		m["e1000e"] = c.e1000e.Stats()
+	}
+	if c.cx != nil {
+		m["connectx"] = c.cx.Stats()
 	}
 	return m
 }
@@ -231,6 +243,17 @@ func main() {
 			}
 			ctl.e1000e = c
 		}
+		c, err := addConnectX(network.Stack, rc, boot)
+		switch {
+		case err != nil:
+			// Reported, not fatal: the other interfaces still serve.
+			fmt.Printf("CONNECTX error=%q\n", err.Error())
+		case c == nil:
+			fmt.Println("CONNECTX none: no Mellanox 15b3 or ivshmem 1af4:1110 function on the bus")
+		}
+		ctl.cx = c
+	} else {
+		fmt.Println("CONNECTX none: no PCIe root complex")
 	}
 	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {

@@ -53,6 +53,9 @@ type Run struct {
 	TxPerMiB       float64 `json:"endpoint_tx_ns_per_mib"`
 	IRQsPerMiB     float64 `json:"irqs_per_mib"`
 	RxPassesPerMiB float64 `json:"rx_passes_per_mib"`
+	// LSOPerMiB counts the ConnectX's LSO WQEs (each segmented by the
+	// card, which the guest does not see).
+	LSOPerMiB float64 `json:"lso_wqes_per_mib,omitempty"`
 }
 
 func num(m map[string]any, path ...string) float64 {
@@ -122,11 +125,21 @@ func main() {
 	}
 	var all []Run
 	var ips []IperfRun
-	for _, boot := range []string{"plain", "icount"} {
+	for _, ph := range phases(board) {
+		boot := ph.boot
 		// On the i.MX7D the e1000e (Intel 82574L, hardware checksums and
 		// TSO) is benchmarked beside the ENET, on its own user network.
-		e1k := board == "mcimx7d"
-		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount", E1000E: e1k})
+		e1k := board == "mcimx7d" && !ph.cx
+		// And the ConnectX, co-simulated (the model in tamanic-cxsim), in
+		// boots of its own: behind QEMU's root port only one function.
+		var cs *cosim
+		var args []string
+		if ph.cx {
+			if cs, args, err = startCosim(ctx, root, *out); err != nil {
+				fail(err)
+			}
+		}
+		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount", E1000E: e1k, Args: args})
 		if err != nil {
 			fail(err)
 		}
@@ -139,6 +152,9 @@ func main() {
 		}
 		var cfgs []key
 		for _, mode := range []string{"bounce", "sg", "tso"} {
+			if ph.cx {
+				break
+			}
 			cfgs = append(cfgs, key{"tx", mode, 512})
 			for _, cb := range []int{512, -1} {
 				cfgs = append(cfgs, key{"rx", mode, cb})
@@ -151,8 +167,15 @@ func main() {
 			}
 			cfgs = append(cfgs, key{"tx", "e1000e-sg", 0}, key{"tx", "e1000e-tso", 0}, key{"rx", "e1000e-tso", 0})
 		}
+		if cs != nil {
+			if err := cs.attach(); err != nil {
+				m.Stop()
+				fail(err)
+			}
+			cfgs = append(cfgs, key{"tx", "cx-sg", 0}, key{"tx", "cx-tso", 0}, key{"rx", "cx-tso", 0})
+		}
 		for _, c := range cfgs {
-			if err := target(m, c.mode).SetMode(strings.TrimPrefix(c.mode, "e1000e-"), c.cb); err != nil {
+			if err := target(m, c.mode).SetMode(modeName(c.mode), c.cb); err != nil {
 				m.Stop()
 				fail(err)
 			}
@@ -167,7 +190,7 @@ func main() {
 				all = append(all, r)
 			}
 		}
-		if boot == "plain" && *iperfTime > 0 {
+		if boot == "plain" && !ph.cx && *iperfTime > 0 {
 			ir, err := iperfRuns(ctx, m, []string{"bounce", "sg", "tso"}, true, *iperfTime)
 			if err != nil {
 				m.Stop()
@@ -176,6 +199,11 @@ func main() {
 			ips = append(ips, ir...)
 		}
 		m.Stop()
+		if cs != nil {
+			if err := cs.stop(); err != nil {
+				fail(err)
+			}
+		}
 	}
 	if *withBaseline && board == "mx6ullevk" {
 		// Its own time budget: the main firmware's boots may have used
@@ -219,15 +247,21 @@ func main() {
 }
 
 func fail(err error) {
+	if abandon != nil {
+		abandon()
+	}
 	fmt.Fprintln(os.Stderr, "tamanic-bench:", err)
 	os.Exit(1)
 }
 
 // target returns the ports of the interface a mode runs on: "e1000e-..."
-// modes on the 82574L, the others on ENET1.
+// modes on the 82574L, "cx-..." on the ConnectX, the others on ENET1.
 func target(m *qemu.Machine, mode string) *qemu.Ports {
 	if strings.HasPrefix(mode, "e1000e-") && m.E1000E != nil {
 		return m.E1000E
+	}
+	if strings.HasPrefix(mode, "cx-") && cxPorts != nil {
+		return cxPorts
 	}
 	return &m.Ports
 }
@@ -235,7 +269,8 @@ func target(m *qemu.Machine, mode string) *qemu.Ports {
 func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
 	r := Run{Boot: boot, Dir: dir, Mode: mode, Copybreak: cb, N: i, Bytes: n}
 	m := target(mm, mode)
-	e1k := m != &mm.Ports
+	cx := m == cxPorts
+	e1k := m != &mm.Ports && !cx
 	s0, err := m.Stats()
 	if err != nil {
 		return r, err
@@ -269,6 +304,16 @@ func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run
 	r.RxPassesPerMiB = d("nic", "endpoint", "RxBatches") / mib
 	r.TxPerMiB = d("nic", "endpoint", "TxNs") / mib
 	switch {
+	case cx:
+		// The ConnectX's driver counts sends posted (an LSO WQE once);
+		// the card makes the wire frames. Its endpoint TX time is the
+		// figure the offload saves on.
+		if dir == "tx" {
+			r.StackPktsPerMiB = d("nic", "endpoint", "TxPackets") / mib
+			r.LSOPerMiB = d("nic", "driver", "TxLSO") / mib
+		} else {
+			r.FramesPerMiB = d("nic", "driver", "RxPackets") / mib
+		}
 	case dir == "tx" && e1k:
 		// The 82574L's driver counts packets handed to the hardware (a
 		// GSO packet once); the wire frames are the others plus every

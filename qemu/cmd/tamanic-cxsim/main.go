@@ -1,0 +1,318 @@
+//go:build linux
+
+// Command tamanic-cxsim runs the ConnectX-4 Lx model of package
+// connectx/connectxtest as a process, for a firmware running under QEMU to
+// drive: the model's BAR0 is a file QEMU maps as the BAR2 of an
+// ivshmem-plain function, and the guest's RAM is a file QEMU maps as its
+// memory backend, so the model's DMA is a read or write of that file.
+//
+//	tamanic-cxsim -ram /tmp/ram -ram-base 0x80000000 -bar /tmp/bar -listen 127.0.0.1:7700
+//
+//	qemu-system-arm -M mcimx7d-sabre,memory-backend=ram -m 1G \
+//	  -object memory-backend-file,id=ram,size=1G,mem-path=/tmp/ram,share=on \
+//	  -object memory-backend-file,id=cxbar,size=32M,mem-path=/tmp/bar,share=on \
+//	  -device ivshmem-plain,memdev=cxbar,bus=dw-pcie ...
+//
+// Both files are created and sized when absent, so either side may start
+// first. The model learns the driver's writes by polling (the command
+// doorbell vector, cleared as commands are taken; the doorbell records in
+// RAM; the UAR doorbell words), and sleeps with back-off while nothing
+// changes. A DMA address outside the RAM file is a violation, as it would
+// be a bus error on a card.
+//
+// The wire is a TCP listener on loopback speaking QEMU's -netdev socket
+// stream framing (a 4-byte big-endian length, then the Ethernet frame
+// without FCS): one peer at a time (a new connection replaces the old);
+// frames the card sends while no peer is connected are dropped and
+// counted; a frame whose length is not that of an Ethernet frame is
+// counted as malformed and the connection, whose framing is lost, closed.
+//
+// Output: "CXSIM READY <addr>" once listening, "CXSIM VIOLATION <what>"
+// for each rule the driver breaks, "CXSIM PEER ..." as peers come and go,
+// and "CXSIM STATS <json>" on SIGTERM or SIGINT, after which it exits 0.
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tamanic/tamanic/connectx/connectxtest"
+)
+
+// Frame lengths accepted from the wire: a header and at most a jumbo
+// frame (QEMU's socket netdev itself takes up to 69632-byte packets).
+const (
+	minFrame = 14
+	maxFrame = 65536
+)
+
+// Counters are the process's own counters, beside the model's.
+type Counters struct {
+	Violations     int `json:"violations"`
+	Polls          int `json:"polls"`
+	Peers          int `json:"peers"`
+	WireRx         int `json:"wire_rx_frames"`
+	WireRxDropped  int `json:"wire_rx_no_buffer"`
+	WireMalformed  int `json:"wire_malformed"`
+	WireTx         int `json:"wire_tx_frames"`
+	WireTxNoPeer   int `json:"wire_tx_no_peer"`
+	WireTxErrors   int `json:"wire_tx_errors"`
+	DMAOutOfBounds int `json:"dma_out_of_bounds"`
+}
+
+type sim struct {
+	mu    sync.Mutex
+	c     Counters
+	peer  net.Conn
+	model *connectxtest.Model
+	out   io.Writer
+}
+
+func (s *sim) printf(format string, a ...any) {
+	s.mu.Lock()
+	fmt.Fprintf(s.out, format, a...)
+	s.mu.Unlock()
+}
+
+func (s *sim) violation(what string) {
+	s.mu.Lock()
+	s.c.Violations++
+	fmt.Fprintf(s.out, "CXSIM VIOLATION %s\n", what)
+	s.mu.Unlock()
+}
+
+// send puts a frame the card transmitted on the wire.
+func (s *sim) send(f []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peer == nil {
+		s.c.WireTxNoPeer++
+		return
+	}
+	b := make([]byte, 4+len(f))
+	binary.BigEndian.PutUint32(b, uint32(len(f)))
+	copy(b[4:], f)
+	if _, err := s.peer.Write(b); err != nil {
+		s.c.WireTxErrors++
+		return
+	}
+	s.c.WireTx++
+}
+
+// serve reads frames from peer c until it closes or breaks the framing.
+func (s *sim) serve(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		if s.peer == c {
+			s.peer = nil
+		}
+		fmt.Fprintf(s.out, "CXSIM PEER gone %s\n", c.RemoteAddr())
+		s.mu.Unlock()
+	}()
+	var hdr [4]byte
+	buf := make([]byte, maxFrame)
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n < minFrame || n > maxFrame {
+			s.mu.Lock()
+			s.c.WireMalformed++
+			fmt.Fprintf(s.out, "CXSIM PEER malformed frame length %d from %s: closing\n", n, c.RemoteAddr())
+			s.mu.Unlock()
+			return
+		}
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return
+		}
+		ok := s.model.Deliver(buf[:n])
+		s.mu.Lock()
+		s.c.WireRx++
+		if !ok {
+			s.c.WireRxDropped++
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *sim) accept(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.peer != nil {
+			s.peer.Close() // its serve goroutine ends
+		}
+		s.peer = c
+		s.c.Peers++
+		fmt.Fprintf(s.out, "CXSIM PEER connected %s\n", c.RemoteAddr())
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+// mapFile opens (creating) path, sizes it to at least size bytes (size 0:
+// as it is) and maps it shared.
+func mapFile(path string, size int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			return nil, fmt.Errorf("sizing %s: %w", path, err)
+		}
+	} else {
+		size = st.Size()
+	}
+	if size == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", path, err)
+	}
+	return b, nil
+}
+
+func loopback(addr string) error {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-listen %s: only loopback addresses", addr)
+	}
+	return nil
+}
+
+func parseSize(s string) (int64, error) {
+	mul := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K', 'k':
+			mul, s = 1<<10, s[:n-1]
+		case 'M', 'm':
+			mul, s = 1<<20, s[:n-1]
+		case 'G', 'g':
+			mul, s = 1<<30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 0, 64)
+	return v * mul, err
+}
+
+func run() error {
+	ramPath := flag.String("ram", "", "guest RAM file (QEMU memory-backend-file mem-path, share=on)")
+	ramSize := flag.String("ram-size", "1G", "size the RAM file is created with when absent or smaller")
+	ramBase := flag.String("ram-base", "0x80000000", "bus address of the RAM file's first byte")
+	barPath := flag.String("bar", "", "BAR file (the ivshmem's memory-backend-file mem-path, share=on)")
+	barSize := flag.String("bar-size", "32M", "size the BAR file is created with when absent or smaller")
+	listen := flag.String("listen", "127.0.0.1:0", "wire: loopback address for a -netdev socket stream peer")
+	maxSleep := flag.Duration("max-sleep", time.Millisecond, "longest back-off sleep while the driver writes nothing")
+	flag.Parse()
+	if *ramPath == "" || *barPath == "" {
+		return errors.New("-ram and -bar are required")
+	}
+	base, err := strconv.ParseUint(*ramBase, 0, 64)
+	if err != nil {
+		return fmt.Errorf("-ram-base: %w", err)
+	}
+	rs, err := parseSize(*ramSize)
+	if err != nil {
+		return fmt.Errorf("-ram-size: %w", err)
+	}
+	bs, err := parseSize(*barSize)
+	if err != nil {
+		return fmt.Errorf("-bar-size: %w", err)
+	}
+	if err := loopback(*listen); err != nil {
+		return err
+	}
+	ram, err := mapFile(*ramPath, rs)
+	if err != nil {
+		return err
+	}
+	bar, err := mapFile(*barPath, bs)
+	if err != nil {
+		return err
+	}
+	s := &sim{out: os.Stdout}
+	mem := &connectxtest.FileMemory{Mem: ram, Base: base, OnFault: func(what string) {
+		s.mu.Lock()
+		s.c.DMAOutOfBounds++
+		s.mu.Unlock()
+		s.violation(what)
+	}}
+	s.model = connectxtest.New(connectxtest.Options{Device: mem})
+	s.model.SetPeer(s.send)
+	sh, err := connectxtest.NewShared(s.model, bar)
+	if err != nil {
+		return err
+	}
+	sh.OnViolation = s.violation
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	go s.accept(l)
+	s.printf("CXSIM READY %s\n", l.Addr())
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	idle := time.Duration(0)
+	for {
+		select {
+		case <-sig:
+			st := struct {
+				Model connectxtest.Stats `json:"model"`
+				Sim   Counters           `json:"sim"`
+			}{Model: s.model.Stats()}
+			s.mu.Lock()
+			st.Sim = s.c
+			s.mu.Unlock()
+			b, _ := json.Marshal(st)
+			s.printf("CXSIM STATS %s\n", b)
+			return nil
+		default:
+		}
+		busy := sh.Poll()
+		s.mu.Lock()
+		s.c.Polls++
+		s.mu.Unlock()
+		if busy {
+			idle = 0
+			continue
+		}
+		idle = min(max(2*idle, 10*time.Microsecond), *maxSleep)
+		time.Sleep(idle)
+	}
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "tamanic-cxsim: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package qemu
+
+const raceEnabled = false
