@@ -53,8 +53,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	o.model.Mem = mem
 	m := e1000etest.New(o.model)
 	h.Attach(0, m.Function())
-	rc, err := pcie.New(pcie.Config{SoC: pcie.IMX7D, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay})
+	rc, err := pcie.New(h.Config())
 	if err != nil {
 		t.Fatal(err)
 	}

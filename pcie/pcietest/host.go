@@ -139,6 +139,14 @@ func (h *Host) phyStatus() uint32 {
 	return v
 }
 
+// Config returns the root complex driver's configuration wired to this
+// model: its SoC, register blocks (DBI, GPR, SRC, PHY), windows, clock and
+// delay.
+func (h *Host) Config() pcie.Config {
+	return pcie.Config{SoC: h.soc, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
+		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay}
+}
+
 // New returns a model of opts.SoC's root complex with nothing attached.
 func New(opts Options) *Host {
 	if opts.TrainPolls == 0 {
