@@ -53,14 +53,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	o.model.Mem = mem
 	m := e1000etest.New(o.model)
 	h.Attach(0, m.Function())
-	rc, err := pcie.New(h.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	devs, err := rc.Enumerate()
+	rc, devs, err := h.Up()
 	if err != nil {
 		t.Fatal(err)
 	}

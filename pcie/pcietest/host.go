@@ -147,6 +147,23 @@ func (h *Host) Config() pcie.Config {
 		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay}
 }
 
+// Up brings the pcie driver up on the model as a device driver's test
+// needs it: pcie.New with Config, Start (link training), Enumerate.
+func (h *Host) Up() (*pcie.RC, []*pcie.Device, error) {
+	rc, err := pcie.New(h.Config())
+	if err != nil {
+		return nil, nil, fmt.Errorf("pcietest: %w", err)
+	}
+	if err := rc.Start(); err != nil {
+		return nil, nil, fmt.Errorf("pcietest: start: %w", err)
+	}
+	devs, err := rc.Enumerate()
+	if err != nil {
+		return nil, nil, fmt.Errorf("pcietest: enumerate: %w", err)
+	}
+	return rc, devs, nil
+}
+
 // New returns a model of opts.SoC's root complex with nothing attached.
 func New(opts Options) *Host {
 	if opts.TrainPolls == 0 {
