@@ -121,7 +121,11 @@ func lossy() func(int, []byte) connectxtest.Action {
 	}
 }
 
-func runPair(t *testing.T, a, b *host, w *connectxtest.Wire, lossyWire bool) {
+// runPair joins a (on ConnectX rig ra) and b by a wire and moves bulk()
+// bytes each way over IPv4 and IPv6; with lso, ra must have sent with LSO.
+func runPair(t *testing.T, a, b *host, lso, lossyWire bool, ra *connectxtest.Rig) {
+	t.Cleanup(func() { a.close(); b.close() })
+	w := connectxtest.Connect(a.port, b.port)
 	chk := &stacktest.Wire{}
 	w.SetTap(func(_ int, f []byte) { chk.Tap(f) })
 	if lossyWire {
@@ -138,22 +142,26 @@ func runPair(t *testing.T, a, b *host, w *connectxtest.Wire, lossyWire bool) {
 		}
 	}
 	chk.Check(t, 1518, true)
+	if lso && ra.NIC.Stats().TxLSO == 0 {
+		t.Error("no LSO send")
+	}
 }
 
+// stackCases are the configurations both stack tests run: LSO on and off,
+// and LSO over a lossy, reordering wire.
+var stackCases = []struct {
+	name       string
+	lso, lossy bool
+}{{"lso", true, false}, {"nolso", false, false}, {"lso-lossy", true, true}}
+
+// TestStackConnectXToConnectX moves data both ways between two stacks on
+// ConnectX models.
 func TestStackConnectXToConnectX(t *testing.T) {
-	for _, c := range []struct {
-		name       string
-		lso, lossy bool
-	}{{"lso", true, false}, {"nolso", false, false}, {"lso-lossy", true, true}} {
+	for _, c := range stackCases {
 		t.Run(c.name, func(t *testing.T) {
 			a, ra := cxHost(t, 1, c.lso)
 			b, rb := cxHost(t, 2, c.lso)
-			t.Cleanup(func() { a.close(); b.close() })
-			w := connectxtest.Connect(a.port, b.port)
-			runPair(t, a, b, w, c.lossy)
-			if c.lso && ra.NIC.Stats().TxLSO == 0 {
-				t.Error("no LSO send")
-			}
+			runPair(t, a, b, c.lso, c.lossy, ra)
 			if st := rb.Model.Stats(); st.RxFrames == 0 {
 				t.Errorf("model b received nothing: %+v", st)
 			}
@@ -161,20 +169,13 @@ func TestStackConnectXToConnectX(t *testing.T) {
 	}
 }
 
+// TestStackConnectXToENET moves data both ways between a stack on a
+// ConnectX model and one on an ENET model.
 func TestStackConnectXToENET(t *testing.T) {
-	for _, c := range []struct {
-		name       string
-		lso, lossy bool
-	}{{"lso", true, false}, {"nolso", false, false}, {"lso-lossy", true, true}} {
+	for _, c := range stackCases {
 		t.Run(c.name, func(t *testing.T) {
 			a, ra := cxHost(t, 1, c.lso)
-			b := enetHost(t, 2, c.lso)
-			t.Cleanup(func() { a.close(); b.close() })
-			w := connectxtest.Connect(a.port, b.port)
-			runPair(t, a, b, w, c.lossy)
-			if c.lso && ra.NIC.Stats().TxLSO == 0 {
-				t.Error("no LSO send")
-			}
+			runPair(t, a, enetHost(t, 2, c.lso), c.lso, c.lossy, ra)
 		})
 	}
 }
