@@ -8,6 +8,7 @@ import (
 	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/e1000e/e1000etest"
+	"github.com/tamanic/tamanic/internal/stacktest"
 	"github.com/tamanic/tamanic/pcie"
 	"github.com/tamanic/tamanic/pcie/pcietest"
 )
@@ -52,15 +53,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	o.model.Mem = mem
 	m := e1000etest.New(o.model)
 	h.Attach(0, m.Function())
-	rc, err := pcie.New(pcie.Config{SoC: pcie.IMX7D, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	devs, err := rc.Enumerate()
+	rc, devs, err := h.Up()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,24 +107,12 @@ func newRig(t testing.TB, o rigOptions) *rig {
 // assertion or MSI, acknowledge the MSI receiver's vectors, then service
 // the NIC.
 func (r *rig) serveIRQs(msi bool) {
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-r.model.IRQ():
-				if msi {
-					r.rc.ServeMSI(nil)
-				}
-				r.nic.Interrupt()
-			case <-stop:
-				return
-			}
+	r.stop = stacktest.Serve(r.model.IRQ(), func() {
+		if msi {
+			r.rc.ServeMSI(nil)
 		}
-	}()
-	r.stop = func() { close(stop); wg.Wait() }
+		r.nic.Interrupt()
+	})
 }
 
 func (r *rig) completions() ([]any, []error) {

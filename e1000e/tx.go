@@ -148,8 +148,7 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 		total += len(f)
 	}
 	if total < 14 || total > n.MaxFrame() {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return fmt.Errorf("e1000e: transmit %d bytes: %w", total, ErrFrame)
+		return n.txError(fmt.Errorf("e1000e: transmit %d bytes: %w", total, ErrFrame))
 	}
 	var ctx [4]uint32
 	var popts uint32
@@ -157,8 +156,7 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 		var err error
 		ctx, popts, err = csumContext(frags[0], total)
 		if err != nil {
-			n.count(func(s *Stats) { s.Tx.Errors++ })
-			return err
+			return n.txError(err)
 		}
 	}
 	n.txMu.Lock()
@@ -171,8 +169,7 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 		need++
 	}
 	if need > n.tx.n-1 {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return fmt.Errorf("e1000e: frame needs %d descriptors, ring has %d: %w", need, n.tx.n, ErrFrame)
+		return n.txError(fmt.Errorf("e1000e: frame needs %d descriptors, ring has %d: %w", need, n.tx.n, ErrFrame))
 	}
 	if need > n.tx.free() {
 		n.count(func(s *Stats) { s.Tx.RingFull++ })
@@ -225,8 +222,7 @@ func (n *NIC) putData(first int, hdr []byte, frags [][]byte, cmd, popts uint32, 
 				t.used--
 				t.release(n.cfg.Mem, t.tail)
 			}
-			n.count(func(s *Stats) { s.Tx.Errors++ })
-			return fmt.Errorf("e1000e: mapping a %d-byte fragment: %w", len(f), err)
+			return n.txError(fmt.Errorf("e1000e: mapping a %d-byte fragment: %w", len(f), err))
 		}
 		t.slots[t.tail].m, t.slots[t.tail].mapped = m, true
 		for off := 0; off < len(f); off += MaxPerDesc {
@@ -295,8 +291,7 @@ func csumContext(head []byte, total int) (ctx [4]uint32, popts uint32, err error
 // insertion instead.
 func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie any) error {
 	bad := func(format string, a ...any) error {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return fmt.Errorf("e1000e: GSO: "+format+": %w", append(a, ErrFrame)...)
+		return n.txError(fmt.Errorf("e1000e: GSO: "+format+": %w", append(a, ErrFrame)...))
 	}
 	if o.Type != tso.TCP {
 		return bad("type %v: only TCP is segmented in hardware", o.Type)
@@ -350,8 +345,7 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 	}
 	need := 2 + descsFor(payload)
 	if need > n.tx.n-1 {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return fmt.Errorf("e1000e: GSO packet needs %d descriptors, ring has %d: %w", need, n.tx.n, ErrFrame)
+		return n.txError(fmt.Errorf("e1000e: GSO packet needs %d descriptors, ring has %d: %w", need, n.tx.n, ErrFrame))
 	}
 	if need > n.tx.free() {
 		n.count(func(s *Stats) { s.Tx.RingFull++ })
@@ -399,8 +393,7 @@ func (n *NIC) fixLengths(hc []byte, h pkt.Headers, plen int) {
 func (n *NIC) transmitOwnedHeader(hc []byte, payload [][]byte, plen int, cookie any) error {
 	ctx, popts, err := csumContext(hc, len(hc)+plen)
 	if err != nil {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return err
+		return n.txError(err)
 	}
 	n.txMu.Lock()
 	defer n.txMu.Unlock()
@@ -409,8 +402,7 @@ func (n *NIC) transmitOwnedHeader(hc []byte, payload [][]byte, plen int, cookie 
 	}
 	need := 2 + descsFor(payload)
 	if need > n.tx.n-1 {
-		n.count(func(s *Stats) { s.Tx.Errors++ })
-		return fmt.Errorf("e1000e: packet needs %d descriptors: %w", need, ErrFrame)
+		return n.txError(fmt.Errorf("e1000e: packet needs %d descriptors: %w", need, ErrFrame))
 	}
 	if need > n.tx.free() {
 		n.count(func(s *Stats) { s.Tx.RingFull++ })
@@ -487,4 +479,10 @@ func (n *NIC) TxInFlight() int {
 	n.txMu.Lock()
 	defer n.txMu.Unlock()
 	return n.tx.used
+}
+
+// txError counts a refused frame or packet in Tx.Errors and returns err.
+func (n *NIC) txError(err error) error {
+	n.count(func(s *Stats) { s.Tx.Errors++ })
+	return err
 }

@@ -37,8 +37,7 @@ func newRig(t *testing.T, opts pcietest.Options, mod func(*pcie.Config)) *rig {
 		opts.Mem = dmatest.New(t, dmatest.Options{CachedSize: 1 << 20, CoherentSize: 64 << 10})
 	}
 	h := pcietest.New(opts)
-	cfg := pcie.Config{SoC: opts.SoC, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay}
+	cfg := h.Config()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -247,8 +246,7 @@ func TestRestartAfterStop(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D})
-	good := pcie.Config{SoC: pcie.IMX7D, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay}
+	good := h.Config()
 	cases := map[string]func(*pcie.Config){
 		"glue":      func(c *pcie.Config) { c.SoC.Glue = 0 },
 		"dbi":       func(c *pcie.Config) { c.DBI = nil },
@@ -972,8 +970,7 @@ func FuzzEnumerate(f *testing.F) {
 		for _, soc := range []pcie.SoC{pcie.IMX7D, pcie.IMX6Q} {
 			h := pcietest.New(pcietest.Options{SoC: soc})
 			h.Attach(0, pcietest.NewRawFunction(cfg, wmask))
-			rc, err := pcie.New(pcie.Config{SoC: soc, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-				Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay})
+			rc, err := pcie.New(h.Config())
 			if err != nil {
 				t.Fatal(err)
 			}

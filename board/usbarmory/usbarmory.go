@@ -64,5 +64,5 @@ func Interrupts() (n, ns int64) { return board.Interrupts() }
 // ENET2 brings up ENET2 and returns a fec.NIC on it, initialised and
 // interrupt-driven (ENET2 MAC line, SPI 120: imx6ul.ENET2_IRQ).
 func ENET2(cfg fec.Config) (*fec.NIC, error) {
-	return board.ENET(mk2.ENET2, imx6ul.ENET2_IRQ, cfg)
+	return board.ENET(mk2.ENET2, imx6ul.ENET2_IRQ, cfg, nil)
 }

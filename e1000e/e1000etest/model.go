@@ -666,27 +666,26 @@ func (m *Model) data(h uint32, d []byte) {
 func (m *Model) insert(f, _ []byte) {
 	c := m.ctx
 	if m.popts&1 != 0 {
-		end := c.ipcse
-		if end == 0 || end >= len(f) {
-			end = len(f) - 1
-		}
-		if c.ipcso+2 > len(f) || c.ipcss > end {
-			m.violate("IP checksum fields %d/%d/%d outside a %d-byte frame", c.ipcss, c.ipcso, c.ipcse, len(f))
-		} else {
-			binary.BigEndian.PutUint16(f[c.ipcso:], ^fold(sum(0, f[c.ipcss:end+1])))
-		}
+		m.insertSum(f, "IP", c.ipcss, c.ipcso, c.ipcse)
 	}
 	if m.popts&2 != 0 {
-		end := c.tucse
-		if end == 0 || end >= len(f) {
-			end = len(f) - 1
-		}
-		if c.tucso+2 > len(f) || c.tucss > end {
-			m.violate("L4 checksum fields %d/%d/%d outside a %d-byte frame", c.tucss, c.tucso, c.tucse, len(f))
-		} else {
-			binary.BigEndian.PutUint16(f[c.tucso:], ^fold(sum(0, f[c.tucss:end+1])))
-		}
+		m.insertSum(f, "L4", c.tucss, c.tucso, c.tucse)
 	}
+}
+
+// insertSum stores at cso of f the ones' complement of the sum of
+// f[css:cse+1] (cse 0, or past the end: to the end of the frame), or
+// reports a context whose fields lie outside the frame.
+func (m *Model) insertSum(f []byte, what string, css, cso, cse int) {
+	end := cse
+	if end == 0 || end >= len(f) {
+		end = len(f) - 1
+	}
+	if cso+2 > len(f) || css > end {
+		m.violate("%s checksum fields %d/%d/%d outside a %d-byte frame", what, css, cso, cse, len(f))
+		return
+	}
+	binary.BigEndian.PutUint16(f[cso:], ^fold(sum(0, f[css:end+1])))
 }
 
 // segment performs TCP segmentation of p under the TSO context (82574

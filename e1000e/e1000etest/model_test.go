@@ -31,15 +31,7 @@ func newBench(t *testing.T, o e1000etest.Options) *bench {
 	o.Mem = mem
 	m := e1000etest.New(o)
 	h.Attach(0, m.Function())
-	rc, err := pcie.New(pcie.Config{SoC: pcie.IMX7D, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
-		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	devs, err := rc.Enumerate()
+	rc, devs, err := h.Up()
 	if err != nil || len(devs) != 1 {
 		t.Fatal(devs, err)
 	}

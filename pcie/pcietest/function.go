@@ -374,13 +374,7 @@ func (f *Function) SignalMSI() error {
 		return ErrAttached
 	}
 	f.h.mu.Lock()
-	off := 0
-	for p := int(f.cfg[0x34]); p >= 0x40 && p < 0xFF; p = int(f.cfg[p+1]) {
-		if f.cfg[p] == 0x05 {
-			off = p
-			break
-		}
-	}
+	off := f.capability(0x05)
 	if off == 0 || f.get16(off+2)&1 == 0 {
 		f.h.mu.Unlock()
 		return ErrNoMSI
@@ -392,16 +386,7 @@ func (f *Function) SignalMSI() error {
 		data = f.get16(off + 12)
 	}
 	f.h.mu.Unlock()
-	var b [4]byte
-	binary.LittleEndian.PutUint16(b[:], data)
-	hit := f.h.msiMatches(addr)
-	if err := f.DMAWrite(dma.Addr(addr), b[:]); err != nil {
-		return err
-	}
-	if !hit {
-		return fmt.Errorf("%w: address %#x", ErrMSITarget, addr)
-	}
-	return nil
+	return f.deliver(addr, uint32(data))
 }
 
 // ErrMasked is returned when the MSI-X message is masked (function mask,
@@ -415,13 +400,7 @@ func (f *Function) SignalMSIX(entry int) error {
 		return ErrAttached
 	}
 	f.h.mu.Lock()
-	off := 0
-	for p := int(f.cfg[0x34]); p >= 0x40 && p < 0xFF; p = int(f.cfg[p+1]) {
-		if f.cfg[p] == 0x11 {
-			off = p
-			break
-		}
-	}
+	off := f.capability(0x11)
 	if off == 0 || f.get16(off+2)&(1<<15) == 0 {
 		f.h.mu.Unlock()
 		return ErrNoMSI
@@ -441,6 +420,24 @@ func (f *Function) SignalMSIX(entry int) error {
 	if ctl&(1<<14) != 0 || vc&1 != 0 {
 		return ErrMasked
 	}
+	return f.deliver(addr, data)
+}
+
+// capability returns the configuration-space offset of the capability
+// with ID id in the function's list, 0 when it has none. f.h.mu is held.
+func (f *Function) capability(id byte) int {
+	for p := int(f.cfg[0x34]); p >= 0x40 && p < 0xFF; p = int(f.cfg[p+1]) {
+		if f.cfg[p] == id {
+			return p
+		}
+	}
+	return 0
+}
+
+// deliver sends an MSI or MSI-X message: a 32-bit write of data to addr,
+// upstream like any DMA write. A write no MSI receiver decodes still goes
+// to memory, and is reported as ErrMSITarget.
+func (f *Function) deliver(addr uint64, data uint32) error {
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], data)
 	hit := f.h.msiMatches(addr)

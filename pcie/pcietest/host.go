@@ -139,6 +139,31 @@ func (h *Host) phyStatus() uint32 {
 	return v
 }
 
+// Config returns the root complex driver's configuration wired to this
+// model: its SoC, register blocks (DBI, GPR, SRC, PHY), windows, clock and
+// delay.
+func (h *Host) Config() pcie.Config {
+	return pcie.Config{SoC: h.soc, DBI: h.DBI(), GPR: h.GPR(), SRC: h.SRC(), PHY: h.PHY(),
+		Cfg: h.ConfigWindow(), Mem: h.MemWindow(), Nanotime: h.Nanotime, Delay: h.Delay}
+}
+
+// Up brings the pcie driver up on the model as a device driver's test
+// needs it: pcie.New with Config, Start (link training), Enumerate.
+func (h *Host) Up() (*pcie.RC, []*pcie.Device, error) {
+	rc, err := pcie.New(h.Config())
+	if err != nil {
+		return nil, nil, fmt.Errorf("pcietest: %w", err)
+	}
+	if err := rc.Start(); err != nil {
+		return nil, nil, fmt.Errorf("pcietest: start: %w", err)
+	}
+	devs, err := rc.Enumerate()
+	if err != nil {
+		return nil, nil, fmt.Errorf("pcietest: enumerate: %w", err)
+	}
+	return rc, devs, nil
+}
+
 // New returns a model of opts.SoC's root complex with nothing attached.
 func New(opts Options) *Host {
 	if opts.TrainPolls == 0 {

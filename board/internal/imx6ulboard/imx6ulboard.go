@@ -5,13 +5,13 @@
 // hand-over of an ENET from TamaGo's driver (which does clocks, PLL, pads
 // and the board's PHY set-up) to package fec, and the interrupt goroutine
 // with the shared tickless governor. A board package (board/usbarmory)
-// holds only what differs: which ENET, which TamaGo board package.
-// (board/mx6ullevk predates it and carries its own copy; it is to move
-// here.)
+// holds only what differs: which ENET, which TamaGo board package, the
+// PHY and its link (board/mx6ullevk, board/usbarmory).
 package imx6ulboard
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -70,11 +70,47 @@ func region(start, size uintptr) []byte {
 // cacheable: the DMA region is a device region, so its Cached part is
 // declared Uncached; Go heap memory TX maps in place is cleaned by address
 // range (Cortex-A7, L2 integrated, no PL310).
-func Memory() *dma.System {
+func Memory() *dma.System { return system(true) }
+
+// remapOnce guards the one-time MMU remap of CacheableMemory (a property
+// of the SoC's translation table, not of a driver).
+var remapOnce sync.Once
+
+// CacheableMemory returns the DMA memory with its buffer part made
+// cacheable.
+//
+// TamaGo's MMU setup (arm.CPU.InitMMU) maps only the runtime's RAM
+// (runtime.MemRegion: the first GoRAMSize bytes) as normal memory; every
+// other section is strongly ordered (TEX=000 C=0 B=0). On ARMv7 every
+// access to strongly ordered memory goes to the bus on its own, in program
+// order, with no cache and no write merging (ARM Architecture Reference
+// Manual ARMv7-A/R, A3.5 "Memory types and attributes"), so on silicon each
+// received byte was read from DRAM twice (software checksum, then the copy
+// or the stack's parse) and every bounce copy and TSO header was written a
+// word at a time. The first call remaps the buffer part of the DMA region
+// as normal memory, write-back cacheable (TEX=000 C=1 B=1,
+// arm.MemoryRegion), one 1 MiB section at a time; the descriptor rings
+// (Coherent, the first MiB) stay strongly ordered so the driver's 32-bit
+// descriptor stores reach the uDMA in order without maintenance. Buffers
+// are then kept coherent by range maintenance (clean before the uDMA reads,
+// invalidate before the CPU reads: dma.System with dma.ARMv7Cache), which
+// the driver does on every path (TestDMAMaintenanceIsCompleteOnEveryPath).
+// QEMU models no cache: there the remap changes nothing but the
+// maintenance instructions it executes.
+func CacheableMemory() *dma.System {
+	remapOnce.Do(func() {
+		imx6ul.ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+	})
+	return system(false)
+}
+
+// system is the DMA region as a dma.System, its Cached part declared
+// uncached or not.
+func system(uncached bool) *dma.System {
 	return dma.NewSystem(dma.SystemConfig{
 		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
 		Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
-			Uncached: true},
+			Uncached: uncached},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: dma.ARMv7Cache{},
 	})
@@ -83,8 +119,10 @@ func Memory() *dma.System {
 // ENET brings eth up through TamaGo's driver (clock gate, ENET PLL, pads,
 // the PHY set-up its board package installed), then resets the MAC and
 // returns a fec.NIC on it, initialised and interrupt-driven through the
-// GIC on irq. cfg's Regs, Mem, Caps and MAC are filled in.
-func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config) (*fec.NIC, error) {
+// GIC on irq. cfg's Regs, Caps and MAC are filled in, and Mem when nil
+// (with Memory). link, when set, runs on the initialised NIC before
+// interrupts are enabled (the board's PHY and link watch).
+func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config, link func(*fec.NIC) error) (*fec.NIC, error) {
 	eth.Init()
 	if len(eth.MAC) == 6 {
 		copy(cfg.MAC[:], eth.MAC)
@@ -98,7 +136,9 @@ func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config) (*fec.NIC, error) 
 		return nil, err
 	}
 	cfg.Regs = mmio.Block{Base: uintptr(eth.Base)}
-	cfg.Mem = Memory()
+	if cfg.Mem == nil {
+		cfg.Mem = Memory()
+	}
 	cfg.Caps = caps
 	cfg.Interrupts = true
 	n, err := fec.New(cfg)
@@ -108,9 +148,15 @@ func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config) (*fec.NIC, error) 
 	if err := n.Init(); err != nil {
 		return nil, fmt.Errorf("imx6ul: ENET%d init: %w", eth.Index, err)
 	}
+	if link != nil {
+		if err := link(n); err != nil {
+			return nil, err
+		}
+	}
 	// IRQs are unmasked by ServiceInterrupts itself once its goroutine
 	// sleeps: unmasking them earlier loses an interrupt that arrives
-	// before the handler goroutine exists.
+	// before the handler goroutine exists, and IRQs then stay masked for
+	// good.
 	imx6ul.GIC.Init(true, false)
 	imx6ul.GIC.EnableInterrupt(irq, true)
 	tickless.EnableTimerInterrupts(imx6ul.GIC)
@@ -126,6 +172,8 @@ func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config) (*fec.NIC, error) 
 				b.irqNs.Add(imx6ul.ARM.GetTime() - t0)
 				b.irqs.Add(1)
 			case b.idle.Alarm(id):
+				// The idle governor's alarm: waking the core was all
+				// it was for.
 			}
 		}
 	})

@@ -1,9 +1,9 @@
 // Package fwmain is the firmware main the boards share: take the address
 // by DHCP or from the build (app.BuildNetConfig), bring up the board's ENET, the gVisor endpoint and
 // stack, the services of package app, and print the READY line. A
-// firmware's main only names its board (firmware/sabrelite,
-// firmware/usbarmory; the older firmware/mx6ullevk and firmware/mcimx7d
-// still carry their own copy of this sequence).
+// firmware's main only names its board (firmware/mx6ullevk,
+// firmware/sabrelite, firmware/usbarmory; firmware/mcimx7d, with its
+// second interface, still carries its own copy of this sequence).
 package fwmain
 
 import (
