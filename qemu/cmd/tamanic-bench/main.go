@@ -6,7 +6,11 @@
 // POST /mode within each boot, and runs every transfer three times.
 //
 // It prints every run and a Markdown table of medians, and writes the raw
-// runs as JSON and a plot as PNG.
+// runs as JSON and a plot as PNG (bench.png: per direction, instructions
+// per MiB with the runs' min–max and the TamaGo baseline drawn in, the
+// same split by firmware stage, and throughput). On stderr it reports
+// each transfer as it goes (board, boot, mode, direction, run i/N, its
+// figure) with an estimate of the time left.
 package main
 
 import (
@@ -71,6 +75,9 @@ func num(m map[string]any, path ...string) float64 {
 // board is the firmware board benchmarked (-board).
 var board string
 
+// prog reports the transfers on stderr as they go (nil: silent).
+var prog *progress
+
 func main() {
 	size := flag.Int64("size", 32<<20, "bytes per transfer")
 	runs := flag.Int("runs", 3, "runs per configuration")
@@ -103,6 +110,8 @@ func main() {
 	defer cancel()
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
+	prog = newProgress(os.Stderr, board, *runs, time.Now)
+	planTransfers(prog, board, *runs, *size, *profSize, *profOnly, *withBaseline)
 	elf, err := qemu.Build(ctx, root, *out, board)
 	if err != nil {
 		fail(err)
@@ -232,7 +241,41 @@ func target(m *qemu.Machine, mode string) *qemu.Ports {
 	return &m.Ports
 }
 
+// planTransfers tells p how many transfers of how many bytes the run will
+// make, for its estimate of the time left. It mirrors the loops of main,
+// profile and benchBaseline.
+func planTransfers(p *progress, board string, runs int, size, profSize int64, profOnly, withBaseline bool) {
+	base := withBaseline && board == "mx6ullevk"
+	if profSize > 0 {
+		p.plan(5, profSize)
+		if base && !profOnly {
+			p.plan(2, profSize)
+		}
+	}
+	if profOnly {
+		return
+	}
+	cfgs := 9 // tx and rx with copybreak 512 and off, per bounce, sg, tso
+	if board == "mcimx7d" {
+		cfgs += 3 // e1000e-sg and -tso out, e1000e-tso in
+	}
+	p.plan(2*cfgs*runs, size) // plain and icount boots
+	if base {
+		p.plan(2*2*runs, size)
+	}
+}
+
+// transfer runs one transfer (see measure) and reports it on prog.
 func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
+	prog.begin(boot, dir, mode, cb, i, n)
+	r, err := measure(mm, boot, dir, mode, cb, i, n)
+	prog.end(r, err)
+	return r, err
+}
+
+// measure moves n bytes in direction dir on the interface mode runs on and
+// returns the run with the firmware's counters' deltas per MiB.
+func measure(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
 	r := Run{Boot: boot, Dir: dir, Mode: mode, Copybreak: cb, N: i, Bytes: n}
 	m := target(mm, mode)
 	e1k := m != &mm.Ports
