@@ -112,12 +112,14 @@ func main() {
 	root, _ := filepath.Abs(".")
 	prog = newProgress(os.Stderr, board, *runs, time.Now)
 	planTransfers(prog, board, *runs, *size, *profSize, *profOnly, *withBaseline)
+	prog.note("building the firmware")
 	elf, err := qemu.Build(ctx, root, *out, board)
 	if err != nil {
 		fail(err)
 	}
 	var profs []ProfileRun
 	if *profSize > 0 {
+		prog.note("booting for the profile (icount and gdbstub)")
 		profs, err = profile(ctx, elf, *profSize, time.Millisecond)
 		if err != nil {
 			fail(err)
@@ -135,6 +137,7 @@ func main() {
 		// On the i.MX7D the e1000e (Intel 82574L, hardware checksums and
 		// TSO) is benchmarked beside the ENET, on its own user network.
 		e1k := board == "mcimx7d"
+		prog.note("booting " + boot)
 		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount", E1000E: e1k})
 		if err != nil {
 			fail(err)
@@ -177,6 +180,7 @@ func main() {
 			}
 		}
 		if boot == "plain" && *iperfTime > 0 {
+			prog.note("iperf3 tests")
 			ir, err := iperfRuns(ctx, m, []string{"bounce", "sg", "tso"}, true, *iperfTime)
 			if err != nil {
 				m.Stop()
@@ -192,6 +196,7 @@ func main() {
 		// not fatal: tamanic's figures stand on their own.
 		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer bcancel()
+		prog.note("building and measuring the baseline firmware")
 		br, bi, bp, err := runBaseline(bctx, root, *out, *size, *runs, *iperfTime, *profSize)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tamanic-bench: baseline (its rows are missing from the report):", err)

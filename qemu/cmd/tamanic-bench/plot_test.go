@@ -139,10 +139,17 @@ func TestProgress(t *testing.T) {
 	if out := w.String(); !strings.Contains(out, "profile sg guest→host run 1/1 (4 MiB)") || !strings.Contains(out, "123.4 Mbit/s") {
 		t.Errorf("progress output:\n%s", out)
 	}
+	w.Reset()
+	now = now.Add(5 * time.Second)
+	p.note("booting plain")
+	if out := w.String(); out != "mx6ullevk: booting plain (15s elapsed)\n" {
+		t.Errorf("note: %q", out)
+	}
 	var nilp *progress // a nil progress (no reporting) is silent and safe
 	nilp.plan(1, 1)
 	nilp.begin("plain", "tx", "sg", 0, 0, 1)
 	nilp.end(Run{}, nil)
+	nilp.note("x")
 }
 
 func TestLeft(t *testing.T) {

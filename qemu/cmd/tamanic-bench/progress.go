@@ -107,3 +107,12 @@ func mib(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// note reports a step that is not a transfer (a build, a boot, the
+// iperf3 tests), with the time elapsed so far.
+func (p *progress) note(what string) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(p.w, "%s: %s (%s elapsed)\n", p.board, what, p.now().Sub(p.start).Round(time.Second))
+}
