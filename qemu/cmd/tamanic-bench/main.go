@@ -6,7 +6,11 @@
 // POST /mode within each boot, and runs every transfer three times.
 //
 // It prints every run and a Markdown table of medians, and writes the raw
-// runs as JSON and a plot as PNG.
+// runs as JSON and a plot as PNG (bench.png: per direction, instructions
+// per MiB with the runs' min–max and the TamaGo baseline drawn in, the
+// same split by firmware stage, and throughput). On stderr it reports
+// each transfer as it goes (board, boot, mode, direction, run i/N, its
+// figure) with an estimate of the time left.
 package main
 
 import (
@@ -74,6 +78,9 @@ func num(m map[string]any, path ...string) float64 {
 // board is the firmware board benchmarked (-board).
 var board string
 
+// prog reports the transfers on stderr as they go (nil: silent).
+var prog *progress
+
 func main() {
 	size := flag.Int64("size", 32<<20, "bytes per transfer")
 	runs := flag.Int("runs", 3, "runs per configuration")
@@ -106,12 +113,16 @@ func main() {
 	defer cancel()
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
+	prog = newProgress(os.Stderr, board, *runs, time.Now)
+	planTransfers(prog, board, *runs, *size, *profSize, *profOnly, *withBaseline)
+	prog.note("building the firmware")
 	elf, err := qemu.Build(ctx, root, *out, board)
 	if err != nil {
 		fail(err)
 	}
 	var profs []ProfileRun
 	if *profSize > 0 {
+		prog.note("booting for the profile (icount and gdbstub)")
 		profs, err = profile(ctx, elf, *profSize, time.Millisecond)
 		if err != nil {
 			fail(err)
@@ -139,6 +150,7 @@ func main() {
 				fail(err)
 			}
 		}
+		prog.note("booting " + boot)
 		m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, Icount: boot == "icount", E1000E: e1k, Args: args})
 		if err != nil {
 			fail(err)
@@ -191,6 +203,7 @@ func main() {
 			}
 		}
 		if boot == "plain" && !ph.cx && *iperfTime > 0 {
+			prog.note("iperf3 tests")
 			ir, err := iperfRuns(ctx, m, []string{"bounce", "sg", "tso"}, true, *iperfTime)
 			if err != nil {
 				m.Stop()
@@ -211,6 +224,7 @@ func main() {
 		// not fatal: tamanic's figures stand on their own.
 		bctx, bcancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		defer bcancel()
+		prog.note("building and measuring the baseline firmware")
 		br, bi, bp, err := runBaseline(bctx, root, *out, *size, *runs, *iperfTime, *profSize)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "tamanic-bench: baseline (its rows are missing from the report):", err)
@@ -266,7 +280,44 @@ func target(m *qemu.Machine, mode string) *qemu.Ports {
 	return &m.Ports
 }
 
+// planTransfers tells p how many transfers of how many bytes the run will
+// make, for its estimate of the time left. It mirrors the loops of main,
+// profile and benchBaseline.
+func planTransfers(p *progress, board string, runs int, size, profSize int64, profOnly, withBaseline bool) {
+	base := withBaseline && board == "mx6ullevk"
+	if profSize > 0 {
+		p.plan(5, profSize)
+		if base && !profOnly {
+			p.plan(2, profSize)
+		}
+	}
+	if profOnly {
+		return
+	}
+	cfgs := 9 // tx and rx with copybreak 512 and off, per bounce, sg, tso
+	if board == "mcimx7d" {
+		cfgs += 3 // e1000e-sg and -tso out, e1000e-tso in
+	}
+	p.plan(2*cfgs*runs, size) // plain and icount boots
+	if board == "mcimx7d" {
+		p.plan(2*3*runs, size) // the ConnectX boots: cx-sg and cx-tso out, cx-tso in
+	}
+	if base {
+		p.plan(2*2*runs, size)
+	}
+}
+
+// transfer runs one transfer (see measure) and reports it on prog.
 func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
+	prog.begin(boot, dir, mode, cb, i, n)
+	r, err := measure(mm, boot, dir, mode, cb, i, n)
+	prog.end(r, err)
+	return r, err
+}
+
+// measure moves n bytes in direction dir on the interface mode runs on and
+// returns the run with the firmware's counters' deltas per MiB.
+func measure(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
 	r := Run{Boot: boot, Dir: dir, Mode: mode, Copybreak: cb, N: i, Bytes: n}
 	m := target(mm, mode)
 	cx := m == cxPorts
