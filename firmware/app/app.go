@@ -12,6 +12,9 @@
 //     "Authorization: Bearer <token>" with the image's control token; an
 //     image built without one refuses every POST /mode (403);
 //   - TCP and UDP 5201: an iperf3 server.
+//
+// Sink, source and HTTP are bounded (Limits, limits.go): connections per
+// service, an idle timeout, and net/http's request timeouts and header size.
 package app
 
 import (
@@ -103,6 +106,11 @@ type Server struct {
 	// <token>"). Empty (and BuildControlToken empty): the control port is
 	// closed and every POST /mode is refused with 403.
 	ControlToken string
+	// Limits bound connections, idle time and HTTP clients (limits.go);
+	// zero fields take DefaultLimits.
+	Limits Limits
+
+	svc services
 
 	// noHash makes the sink count bytes without hashing them (POST
 	// /mode?hash=0), so that a benchmark measures the network path and not
@@ -139,25 +147,16 @@ func (s *Server) Start() error {
 	if _, err := s.StartIperf3(); err != nil {
 		return err
 	}
-	go accept(sink, s.serveSink)
-	go accept(src, s.serveSource)
+	s.initServices()
+	go s.svc.sink.serve(sink, s.serveSink)
+	go s.svc.source.serve(src, s.serveSource)
 	go s.echo(udp)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
 	mux.HandleFunc("GET /{$}", s.index)
-	go http.Serve(web, mux)
+	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
-}
-
-func accept(l net.Listener, serve func(net.Conn)) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go serve(c)
-	}
 }
 
 func (s *Server) serveSink(c net.Conn) {
@@ -241,6 +240,10 @@ type Stats struct {
 	Copybreak int    `json:"copybreak"`
 	LastSink  any    `json:"last_sink"`
 	NIC       any    `json:"nic"`
+	// Limits and Runtime are limits.go's: connections per service, the
+	// heap and goroutines.
+	Limits  LimitStats   `json:"limits"`
+	Runtime RuntimeStats `json:"runtime"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
@@ -250,7 +253,8 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
-		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()})
+		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats(),
+		Limits: s.limitStats(), Runtime: runtimeStats()})
 }
 
 // authorised checks r's bearer token against the server's control token,
