@@ -2,8 +2,9 @@
 // board so they run, and are tested, on any gVisor stack:
 //
 //   - TCP 5001: read and discard until EOF, then reply one line
-//     "<bytes> <elapsed_ns> <first_byte_to_eof_ns> <idle_ns>" and close;
-//     the SHA-256 of what was read is kept for /stats;
+//     "<bytes> <elapsed_ns> <first_byte_to_eof_ns> <idle_ns> <sha256>" and
+//     close (the SHA-256 of what was read, "-" when hashing is off; the
+//     last one is also kept for /stats);
 //   - TCP 5002: read one line holding a decimal N, send N bytes of Pattern
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo;
@@ -128,15 +129,15 @@ type Server struct {
 // Start listens on every port and serves in background goroutines.
 func (s *Server) Start() error {
 	full := func(p uint16) tcpip.FullAddress { return tcpip.FullAddress{NIC: s.NIC, Addr: s.Addr, Port: p} }
-	sink, err := gonet.ListenTCP(s.Stack, full(SinkPort), ipv4.ProtocolNumber)
+	sink, err := listenTCP(s.Stack, full(SinkPort), ipv4.ProtocolNumber)
 	if err != nil {
 		return fmt.Errorf("app: listen %d: %v", SinkPort, err)
 	}
-	src, err := gonet.ListenTCP(s.Stack, full(SourcePort), ipv4.ProtocolNumber)
+	src, err := listenTCP(s.Stack, full(SourcePort), ipv4.ProtocolNumber)
 	if err != nil {
 		return fmt.Errorf("app: listen %d: %v", SourcePort, err)
 	}
-	web, err := gonet.ListenTCP(s.Stack, full(HTTPPort), ipv4.ProtocolNumber)
+	web, err := listenTCP(s.Stack, full(HTTPPort), ipv4.ProtocolNumber)
 	if err != nil {
 		return fmt.Errorf("app: listen %d: %v", HTTPPort, err)
 	}
@@ -188,13 +189,14 @@ func (s *Server) serveSink(c net.Conn) {
 	if n > 0 {
 		fte = int64(end.Sub(first))
 	}
-	s.mu.Lock()
-	s.lastSink.Bytes, s.lastSink.SHA256 = n, ""
+	sum := "-"
 	if hash {
-		s.lastSink.SHA256 = hex.EncodeToString(h.Sum(nil))
+		sum = hex.EncodeToString(h.Sum(nil))
 	}
+	s.mu.Lock()
+	s.lastSink.Bytes, s.lastSink.SHA256 = n, strings.TrimPrefix(sum, "-")
 	s.mu.Unlock()
-	fmt.Fprintf(c, "%d %d %d %d\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0)
+	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
 func (s *Server) serveSource(c net.Conn) {

@@ -2,12 +2,19 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
 )
 
 // Limits bound what clients can hold on the board: connections per
@@ -266,4 +273,28 @@ func runtimeStats() RuntimeStats {
 	return RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapAlloc: m.HeapAlloc, HeapInuse: m.HeapInuse,
 		HeapSys: m.HeapSys, HeapObjects: m.HeapObjects, StackInuse: m.StackInuse, Sys: m.Sys,
 		TotalAlloc: m.TotalAlloc, Mallocs: m.Mallocs, Frees: m.Frees, NumGC: m.NumGC, PauseTotalNs: m.PauseTotalNs}
+}
+
+// Backlog is the listen backlog of the TCP services: room for a burst of
+// connections as large as a service's bound (gonet.ListenTCP's is 10,
+// and a SYN past a full backlog is dropped, which QEMU's user network
+// turns into a reset of the host's connection).
+const Backlog = 128
+
+// listenTCP is gonet.ListenTCP with Backlog.
+func listenTCP(s *stack.Stack, addr tcpip.FullAddress, network tcpip.NetworkProtocolNumber) (*gonet.TCPListener, error) {
+	var wq waiter.Queue
+	ep, err := s.NewEndpoint(tcp.ProtocolNumber, network, &wq)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: %v", err)
+	}
+	if err := ep.Bind(addr); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("bind %d: %v", addr.Port, err)
+	}
+	if err := ep.Listen(Backlog); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("listen %d: %v", addr.Port, err)
+	}
+	return gonet.NewTCPListener(s, &wq, ep), nil
 }
