@@ -3,6 +3,8 @@ package app
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,8 +137,10 @@ func TestConnectionsBoundedPerService(t *testing.T) {
 		eventually(t, "a place freed", func() bool { return svc.sv.active.Load() == 2 })
 		c := r.dial(t, svc.port)
 		if svc.port == SinkPort {
-			if line := sinkRoundTrip(t, c, 1000); !strings.HasPrefix(line, "1000 ") {
-				t.Fatalf("sink after a place freed: %q", line)
+			line := sinkRoundTrip(t, c, 1000)
+			sum := sha256.Sum256(make([]byte, 1000))
+			if f := strings.Fields(line); len(f) != 5 || f[0] != "1000" || f[4] != hex.EncodeToString(sum[:]) {
+				t.Fatalf("sink after a place freed: %q, want 1000 bytes and their SHA-256", line)
 			}
 		} else {
 			fmt.Fprintf(c, "100\n")
