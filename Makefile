@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim clean
+.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim soak campaign clean
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -117,6 +117,19 @@ bench-host:
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count $(BENCHCOUNT) ./netstack/ >> build/bench/host.txt
 	$(GO) tool benchstat build/bench/host.txt > build/bench/host-benchstat.txt
 	cat build/bench/host-benchstat.txt
+
+## soak: the firmware under QEMU for SOAK (64 connections both ways through sink and source, UDP echo,
+## every byte checked, /stats heap, goroutines, held packets, ring and error counters watched), the
+## QEMU connect flood, then the two host models with faults injected under the same load. Not part of test.
+SOAK ?= 3m
+soak:
+	$(GO) test ./qemu -count=1 -run 'TestSoak$$|TestConnectFlood$$' -v -timeout 60m -soak $(SOAK)
+	$(GO) test ./netstack -count=1 -run 'TestSoakHostModels$$' -v -timeout 60m -soak $(SOAK)
+
+## campaign: the stall campaign (issue 17): CAMPAIGN repetitions of every host transfer configuration
+CAMPAIGN ?= 10
+campaign:
+	bash -o pipefail -c "$(GO) test ./netstack -count=1 -run TestCampaign -v -timeout 120m -campaign $(CAMPAIGN) -campaign.out build/campaign 2>&1 | grep -v -e '^=== RUN' -e '--- PASS'"
 
 clean:
 	rm -rf build

@@ -18,7 +18,10 @@ import (
 // channelPair joins two gVisor stacks with gVisor's own channel link
 // endpoints (no Ethernet, no driver, no endpoint of ours): the reference
 // for what gVisor does by itself.
-func channelPair(t testing.TB) (a, b *host) {
+//
+// drop, if given, is asked about every packet (an IPv4 packet, from 0 = a)
+// and drops it when it returns true.
+func channelPair(t testing.TB, drop ...func(from int, pkt []byte) bool) (a, b *host) {
 	mk := func(i byte) (*host, *channel.Endpoint) {
 		ch := channel.New(1024, 1500, "")
 		s := stack.New(stack.Options{
@@ -44,7 +47,7 @@ func channelPair(t testing.TB) (a, b *host) {
 	b, cb := mk(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
-	pump := func(from, to *channel.Endpoint) {
+	pump := func(i int, from, to *channel.Endpoint) {
 		defer func() { done <- struct{}{} }()
 		for {
 			p := from.ReadContext(ctx)
@@ -53,13 +56,17 @@ func channelPair(t testing.TB) (a, b *host) {
 			}
 			v := p.ToView()
 			p.DecRef()
+			if len(drop) > 0 && drop[0](i, v.AsSlice()) {
+				v.Release()
+				continue
+			}
 			q := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
 			to.InjectInbound(ipv4.ProtocolNumber, q)
 			q.DecRef()
 		}
 	}
-	go pump(ca, cb)
-	go pump(cb, ca)
+	go pump(0, ca, cb)
+	go pump(1, cb, ca)
 	t.Cleanup(func() {
 		cancel()
 		<-done

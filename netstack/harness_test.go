@@ -115,6 +115,10 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	if *campaignSACK {
+		sack := tcpip.TCPSACKEnabled(true)
+		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	}
 	// The interrupt handler, as the GIC would run it.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -201,11 +205,13 @@ func (h *host) diag() string {
 		sq, _ := e.GetSockOptInt(tcpip.SendQueueSizeOption)
 		id := e.Info().(*stack.TransportEndpointInfo).ID
 		es := e.Stats().(*tcp.Stats)
-		fmt.Fprintf(&b, "tcp %v:%d->%v:%d %v info %+v rcvq %d sndq %d segsSent %d segsRcvd %d sendErr{send %d noRoute %d} rcvErr{closed %d zeroWnd %d wantZeroWnd %d}\n",
-			id.LocalAddress, id.LocalPort, id.RemoteAddress, id.RemotePort, e.EndpointState(), info, rq, sq,
+		rb := e.SocketOptions().GetReceiveBufferSize()
+		fmt.Fprintf(&b, "tcp %v:%d->%v:%d %v info %+v rcvq %d sndq %d rcvbuf %d segsSent %d segsRcvd %d sendErr{send %d noRoute %d} rcvErr{closed %d zeroWnd %d wantZeroWnd %d segQueueDropped %d overflow %d}\n",
+			id.LocalAddress, id.LocalPort, id.RemoteAddress, id.RemotePort, e.EndpointState(), info, rq, sq, rb,
 			es.SegmentsSent.Value(), es.SegmentsReceived.Value(), es.SendErrors.SegmentSendToNetworkFailed.Value(),
 			es.SendErrors.NoRoute.Value(), es.ReceiveErrors.ClosedReceiver.Value(),
-			es.ReceiveErrors.ZeroRcvWindowState.Value(), es.ReceiveErrors.WantZeroRcvWindow.Value())
+			es.ReceiveErrors.ZeroRcvWindowState.Value(), es.ReceiveErrors.WantZeroRcvWindow.Value(),
+			es.ReceiveErrors.SegmentQueueDropped.Value(), es.ReceiveErrors.ReceiveBufferOverflow.Value())
 	}
 	if h.rig != nil {
 		fmt.Fprintf(&b, "tx ring:\n%s", h.rig.NIC.DumpTx())

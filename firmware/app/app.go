@@ -2,8 +2,9 @@
 // board so they run, and are tested, on any gVisor stack:
 //
 //   - TCP 5001: read and discard until EOF, then reply one line
-//     "<bytes> <elapsed_ns> <first_byte_to_eof_ns> <idle_ns>" and close;
-//     the SHA-256 of what was read is kept for /stats;
+//     "<bytes> <elapsed_ns> <first_byte_to_eof_ns> <idle_ns> <sha256>" and
+//     close (the SHA-256 of what was read, "-" when hashing is off; the
+//     last one is also kept for /stats);
 //   - TCP 5002: read one line holding a decimal N, send N bytes of Pattern
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo;
@@ -12,6 +13,9 @@
 //     "Authorization: Bearer <token>" with the image's control token; an
 //     image built without one refuses every POST /mode (403);
 //   - TCP and UDP 5201: an iperf3 server.
+//
+// Sink, source and HTTP are bounded (Limits, limits.go): connections per
+// service, an idle timeout, and net/http's request timeouts and header size.
 package app
 
 import (
@@ -105,6 +109,11 @@ type Server struct {
 	// <token>"). Empty (and BuildControlToken empty): the control port is
 	// closed and every POST /mode is refused with 403.
 	ControlToken string
+	// Limits bound connections, idle time and HTTP clients (limits.go);
+	// zero fields take DefaultLimits.
+	Limits Limits
+
+	svc services
 
 	// noHash makes the sink count bytes without hashing them (POST
 	// /mode?hash=0), so that a benchmark measures the network path and not
@@ -140,25 +149,16 @@ func (s *Server) Start() error {
 	if _, err := s.StartIperf3(); err != nil {
 		return err
 	}
-	go accept(sink, s.serveSink)
-	go accept(src, s.serveSource)
+	s.initServices()
+	go s.svc.sink.serve(sink, s.serveSink)
+	go s.svc.source.serve(src, s.serveSource)
 	go s.echo(udp)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
 	mux.HandleFunc("GET /{$}", s.index)
-	go http.Serve(web, mux)
+	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
-}
-
-func accept(l net.Listener, serve func(net.Conn)) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go serve(c)
-	}
 }
 
 func (s *Server) serveSink(c net.Conn) {
@@ -190,13 +190,14 @@ func (s *Server) serveSink(c net.Conn) {
 	if n > 0 {
 		fte = int64(end.Sub(first))
 	}
-	s.mu.Lock()
-	s.lastSink.Bytes, s.lastSink.SHA256 = n, ""
+	sum := "-"
 	if hash {
-		s.lastSink.SHA256 = hex.EncodeToString(h.Sum(nil))
+		sum = hex.EncodeToString(h.Sum(nil))
 	}
+	s.mu.Lock()
+	s.lastSink.Bytes, s.lastSink.SHA256 = n, strings.TrimPrefix(sum, "-")
 	s.mu.Unlock()
-	fmt.Fprintf(c, "%d %d %d %d\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0)
+	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
 func (s *Server) serveSource(c net.Conn) {
@@ -243,6 +244,10 @@ type Stats struct {
 	LastSink  any    `json:"last_sink"`
 	NIC       any    `json:"nic"`
 	IPv4      any    `json:"ipv4,omitempty"`
+	// Limits and Runtime are limits.go's: connections per service, the
+	// heap and goroutines.
+	Limits  LimitStats   `json:"limits"`
+	Runtime RuntimeStats `json:"runtime"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
@@ -256,6 +261,7 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 		st.IPv4 = s.Net.Status()
 	}
 	w.Header().Set("Content-Type", "application/json")
+	st.Limits, st.Runtime = s.limitStats(), runtimeStats()
 	json.NewEncoder(w).Encode(st)
 }
 

@@ -64,6 +64,8 @@ type NICStats struct {
 	MIB      map[string]uint32 `json:"mib"`
 	IRQs     int64             `json:"irqs"`
 	IRQNs    int64             `json:"irq_ns"`
+	// TxFree is the number of free TX descriptors (ring occupancy).
+	TxFree int `json:"tx_free"`
 }
 
 // LinkStats is the link as the driver runs it: up or down, speed and
@@ -91,7 +93,7 @@ func (c *NICControls) Stats() any {
 		m[x.Name] = x.Value
 	}
 	drv := c.NIC.Stats()
-	st := NICStats{Link: linkStats(drv), Driver: drv, Endpoint: c.EP.Stats(), MIB: m}
+	st := NICStats{Link: linkStats(drv), Driver: drv, Endpoint: c.EP.Stats(), MIB: m, TxFree: c.NIC.TxFree()}
 	if c.Interrupts != nil {
 		st.IRQs, st.IRQNs = c.Interrupts()
 	}

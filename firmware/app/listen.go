@@ -44,7 +44,7 @@ func (s *Server) listenTCP(port uint16) (*gonet.TCPListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("app: listen TCP %d: %w", port, err)
 	}
-	if terr := ep.Listen(4096); terr != nil {
+	if terr := ep.Listen(Backlog); terr != nil {
 		ep.Close()
 		return nil, fmt.Errorf("app: listen TCP %d: %s", port, terr)
 	}

@@ -1,0 +1,275 @@
+package app
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Limits bound what clients can hold on the board: connections per
+// service, how long a connection may sit without moving a byte, and how
+// long an HTTP client may take over a request. The zero value of each
+// field means its default (DefaultLimits).
+type Limits struct {
+	// MaxConns bounds the concurrent connections of each TCP service
+	// (sink, source). A connection past it is accepted and closed at once
+	// and counted as refused.
+	MaxConns int
+	// IdleTimeout closes a sink or source connection that neither reads
+	// nor writes a byte for this long.
+	IdleTimeout time.Duration
+	// HTTPMaxConns bounds the concurrent HTTP connections.
+	HTTPMaxConns int
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout, HTTPIdleTimeout and
+	// MaxHeaderBytes are net/http.Server's, for port 80.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	HTTPIdleTimeout   time.Duration
+	MaxHeaderBytes    int
+}
+
+// DefaultLimits are the limits of a Server whose Limits are zero. 64
+// connections per service leave room for the soak's load (make soak) and
+// bound the stack's buffers: each TCP connection may grow to 4 MiB of
+// receive buffer.
+var DefaultLimits = Limits{
+	MaxConns:          64,
+	IdleTimeout:       60 * time.Second,
+	HTTPMaxConns:      16,
+	ReadHeaderTimeout: 5 * time.Second,
+	ReadTimeout:       10 * time.Second,
+	WriteTimeout:      30 * time.Second,
+	HTTPIdleTimeout:   30 * time.Second,
+	MaxHeaderBytes:    8 << 10,
+}
+
+// withDefaults fills l's zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	pick := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	pickD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	pick(&l.MaxConns, d.MaxConns)
+	pick(&l.HTTPMaxConns, d.HTTPMaxConns)
+	pick(&l.MaxHeaderBytes, d.MaxHeaderBytes)
+	pickD(&l.IdleTimeout, d.IdleTimeout)
+	pickD(&l.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	pickD(&l.ReadTimeout, d.ReadTimeout)
+	pickD(&l.WriteTimeout, d.WriteTimeout)
+	pickD(&l.HTTPIdleTimeout, d.HTTPIdleTimeout)
+	return l
+}
+
+// service counts one TCP service's connections and enforces its bound
+// and idle timeout.
+type service struct {
+	max  int
+	idle time.Duration // 0: no idle timeout (HTTP has its own)
+
+	active, accepted, refused, idleClosed atomic.Int64
+}
+
+// ServiceStats is one service's member of /stats "limits".
+type ServiceStats struct {
+	Max int `json:"max"`
+	// Active connections now; Accepted since boot, including the Refused
+	// ones (over Max, closed at once); IdleClosed closed by the idle
+	// timeout.
+	Active     int64 `json:"active"`
+	Accepted   int64 `json:"accepted"`
+	Refused    int64 `json:"refused"`
+	IdleClosed int64 `json:"idle_closed"`
+}
+
+func (sv *service) stats() ServiceStats {
+	return ServiceStats{Max: sv.max, Active: sv.active.Load(), Accepted: sv.accepted.Load(),
+		Refused: sv.refused.Load(), IdleClosed: sv.idleClosed.Load()}
+}
+
+// serve accepts on l until it fails, running handle for each connection
+// within the bound; handle must close its connection.
+func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := sv.accept(l)
+		if err != nil {
+			return
+		}
+		if c == nil {
+			continue
+		}
+		go func() {
+			defer sv.active.Add(-1)
+			handle(c)
+		}()
+	}
+}
+
+// accept returns the next connection within the bound, nil for one
+// refused, or l's error.
+func (sv *service) accept(l net.Listener) (net.Conn, error) {
+	c, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	sv.accepted.Add(1)
+	if sv.active.Add(1) > int64(sv.max) {
+		sv.active.Add(-1)
+		sv.refused.Add(1)
+		c.Close()
+		return nil, nil
+	}
+	if sv.idle > 0 {
+		c = &idleConn{Conn: c, sv: sv}
+	}
+	return c, nil
+}
+
+// idleConn renews its deadline before every read and write, so a peer
+// that stops moving bytes for sv.idle loses the connection.
+type idleConn struct {
+	net.Conn
+	sv *service
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.sv.idle)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	c.count(err)
+	return n, err
+}
+
+func (c *idleConn) Write(b []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.sv.idle)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(b)
+	c.count(err)
+	return n, err
+}
+
+func (c *idleConn) count(err error) {
+	if err == nil {
+		return
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		c.sv.idleClosed.Add(1)
+	}
+}
+
+// limitListener is a net.Listener within a service's bound, for
+// http.Server.
+type limitListener struct {
+	net.Listener
+	sv *service
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.sv.accept(l.Listener)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			return &countedConn{Conn: c, sv: l.sv}, nil
+		}
+	}
+}
+
+// countedConn gives its place back to the service once, on Close.
+type countedConn struct {
+	net.Conn
+	sv     *service
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.sv.active.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
+// services are the Server's bounded services.
+type services struct {
+	sink, source, http service
+}
+
+func (s *Server) limits() Limits { return s.Limits.withDefaults() }
+
+// initServices sets the services' bounds from the server's limits.
+func (s *Server) initServices() {
+	l := s.limits()
+	s.svc.sink.max, s.svc.sink.idle = l.MaxConns, l.IdleTimeout
+	s.svc.source.max, s.svc.source.idle = l.MaxConns, l.IdleTimeout
+	s.svc.http.max = l.HTTPMaxConns
+}
+
+// httpServer is port 80's server, with the limits' timeouts.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	l := s.limits()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.HTTPIdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// LimitStats is the /stats "limits" member.
+type LimitStats struct {
+	Sink   ServiceStats `json:"sink"`
+	Source ServiceStats `json:"source"`
+	HTTP   ServiceStats `json:"http"`
+}
+
+func (s *Server) limitStats() LimitStats {
+	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats()}
+}
+
+// RuntimeStats is the /stats "runtime" member: the firmware's heap and
+// goroutines, for the soak (make soak) to watch for growth.
+type RuntimeStats struct {
+	Goroutines   int    `json:"goroutines"`
+	HeapAlloc    uint64 `json:"heap_alloc"`
+	HeapInuse    uint64 `json:"heap_inuse"`
+	HeapSys      uint64 `json:"heap_sys"`
+	HeapObjects  uint64 `json:"heap_objects"`
+	StackInuse   uint64 `json:"stack_inuse"`
+	Sys          uint64 `json:"sys"`
+	TotalAlloc   uint64 `json:"total_alloc"`
+	Mallocs      uint64 `json:"mallocs"`
+	Frees        uint64 `json:"frees"`
+	NumGC        uint32 `json:"num_gc"`
+	PauseTotalNs uint64 `json:"pause_total_ns"`
+}
+
+func runtimeStats() RuntimeStats {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapAlloc: m.HeapAlloc, HeapInuse: m.HeapInuse,
+		HeapSys: m.HeapSys, HeapObjects: m.HeapObjects, StackInuse: m.StackInuse, Sys: m.Sys,
+		TotalAlloc: m.TotalAlloc, Mallocs: m.Mallocs, Frees: m.Frees, NumGC: m.NumGC, PauseTotalNs: m.PauseTotalNs}
+}
+
+// Backlog is the listen backlog of the TCP services: room for a burst of
+// connections as large as a service's bound (gonet.ListenTCP's is 10,
+// and a SYN past a full backlog is dropped, which QEMU's user network
+// turns into a reset of the host's connection).
+const Backlog = 128
