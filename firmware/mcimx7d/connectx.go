@@ -47,6 +47,7 @@ const (
 // LSO for connections established from now on, "sg" turns it off
 // (checksum offload stays on).
 type cxControls struct {
+	hwTSOMode
 	nic       *connectx.NIC
 	ep        *netstack.Endpoint
 	transport string
@@ -55,27 +56,6 @@ type cxControls struct {
 	stalled   atomic.Bool
 	misses    atomic.Int32
 }
-
-func (c *cxControls) SetMode(tx string, _ *int) error {
-	switch tx {
-	case "tso":
-		c.ep.SetTSO(true)
-	case "sg":
-		c.ep.SetTSO(false)
-	default:
-		return fmt.Errorf("connectx: unknown tx mode %q (want sg or tso)", tx)
-	}
-	return nil
-}
-
-func (c *cxControls) Mode() (string, int) {
-	if c.ep.TSO() {
-		return "tso", 0
-	}
-	return "sg", 0
-}
-
-func (c *cxControls) IdleNanoseconds() int64 { return mcimx7d.IdleNanoseconds() }
 
 // cxStats is the ConnectX's /stats member.
 type cxStats struct {
@@ -164,7 +144,7 @@ func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxControls, erro
 		return nil, fmt.Errorf("connectx: subnet: %v", err)
 	}
 	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: cxNIC}}, s.GetRouteTable()...))
-	c := &cxControls{nic: nic, ep: ep, transport: transport, bus: d.BARs[bar].Addr}
+	c := &cxControls{hwTSOMode: hwTSOMode{"connectx", ep}, nic: nic, ep: ep, transport: transport, bus: d.BARs[bar].Addr}
 	if err := c.SetMode(CXMode, nil); err != nil {
 		return nil, err
 	}

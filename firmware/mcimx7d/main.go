@@ -90,31 +90,41 @@ func (c controls) Stats() any {
 // bounce mode). Copybreak does not apply (every frame is copied once by
 // the endpoint, its buffer refilled at once).
 type e1000eControls struct {
+	hwTSOMode
 	nic  *e1000e.NIC
 	ep   *netstack.Endpoint
 	irqs func() (n, ns int64)
 }
 
-func (c *e1000eControls) SetMode(tx string, _ *int) error {
+// hwTSOMode is the Controls mode switch of a NIC that segments in
+// hardware: "tso" turns host GSO (hardware TSO/LSO) on for connections
+// established from now on, "sg" turns it off; there is no bounce mode and
+// no copybreak.
+type hwTSOMode struct {
+	name string
+	ep   *netstack.Endpoint
+}
+
+func (c hwTSOMode) SetMode(tx string, _ *int) error {
 	switch tx {
 	case "tso":
 		c.ep.SetTSO(true)
 	case "sg":
 		c.ep.SetTSO(false)
 	default:
-		return fmt.Errorf("e1000e: unknown tx mode %q (want sg or tso)", tx)
+		return fmt.Errorf("%s: unknown tx mode %q (want sg or tso)", c.name, tx)
 	}
 	return nil
 }
 
-func (c *e1000eControls) Mode() (string, int) {
+func (c hwTSOMode) Mode() (string, int) {
 	if c.ep.TSO() {
 		return "tso", 0
 	}
 	return "sg", 0
 }
 
-func (c *e1000eControls) IdleNanoseconds() int64 { return mcimx7d.IdleNanoseconds() }
+func (hwTSOMode) IdleNanoseconds() int64 { return mcimx7d.IdleNanoseconds() }
 
 // e1000eStats is the 82574L's /stats member: the driver's counters, the
 // endpoint's, the statistics registers, the link and interrupts.
@@ -170,7 +180,7 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	}
 	// The e1000e's subnet first; the default route stays on ENET1.
 	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: 2}}, s.GetRouteTable()...))
-	c := &e1000eControls{nic: nic, ep: ep, irqs: irqs}
+	c := &e1000eControls{hwTSOMode: hwTSOMode{"e1000e", ep}, nic: nic, ep: ep, irqs: irqs}
 	srv := &app.Server{Stack: s, NIC: 2, Addr: a4, Ctl: c, Boot: boot}
 	if err := srv.Start(); err != nil {
 		return nil, err
