@@ -676,8 +676,8 @@ func (h *Host) cfgTLP(typ, target uint32, off int, v uint32, write bool) uint32 
 	}
 	if f == nil || f.gone {
 		// Linux pci-imx6.c hooks imx6q_pcie_abort_handler for the
-	// imprecise external abort a UR completion raises on i.MX6.
-	if h.soc.AbortsOnUR {
+		// imprecise external abort a UR completion raises on i.MX6.
+		if h.soc.AbortsOnUR {
 			h.violate("configuration access to missing %02x:%02x.%d: Unsupported Request, an imprecise external abort on %s", bus, dev, fn, h.soc.Name)
 		}
 		return 0xFFFF_FFFF
