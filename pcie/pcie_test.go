@@ -1069,3 +1069,27 @@ func TestModelMSIDataBeyondGroup0(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// The i.MX7D's ERR010728 PHY settings written while the PHY is still in
+// reset are lost and reported; the PLL then never locks.
+func TestModelPHYWriteInReset(t *testing.T) {
+	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D})
+	src, phy := h.SRC(), h.PHY()
+	src.Write32(0x2C, 1<<1|1<<2) // PHY held in reset
+	phy.Write32(0x14, 0x29)
+	phy.Write32(0x90, 0x48)
+	phy.Write32(0x98, 0xBC)
+	src.Write32(0x2C, 0)
+	if v := h.Take(); len(v) != 3 {
+		t.Fatalf("%d violations: %v", len(v), v)
+	}
+	if got := h.GPR().Read32(0x58); got&(1<<31) != 0 {
+		t.Fatal("PLL locked with the ERR010728 settings written in reset")
+	}
+	phy.Write32(0x14, 0x29)
+	phy.Write32(0x90, 0x48)
+	phy.Write32(0x98, 0xBC)
+	if got := h.GPR().Read32(0x58); got&(1<<31) == 0 || len(h.Take()) != 0 {
+		t.Fatal("PLL not locked after the settings written out of reset")
+	}
+}

@@ -325,16 +325,36 @@ func (h *Host) GPR() mmio.Regs {
 	}}
 }
 
-// SRC returns the i.MX7D System Reset Controller.
+// SRC returns the i.MX7D System Reset Controller. Asserting the PHY's
+// global reset (SRC_PCIEPHY_RCR bit 1) returns the PHY block's registers
+// to their reset values, so the ERR010728 settings must be written after
+// it is released, as Linux pci-imx6.c does (imx6_pcie_deassert_core_reset:
+// reset_control_deassert(pciephy_reset), then the CMN_REG4/24/26 writes,
+// then imx7d_pcie_wait_for_phy_pll_lock). UNCONFIRMED on silicon: no
+// public source says a write to the PHY in reset is lost; the model
+// takes the conservative reading.
 func (h *Host) SRC() mmio.Regs {
 	return regs{h, func(off uint32) uint32 { return h.src[(off/4)%32] },
-		func(off, v uint32) { h.src[(off/4)%32] = v; h.glueChanged() }}
+		func(off, v uint32) {
+			h.src[(off/4)%32] = v
+			if off == 0x2C && v&(1<<1) != 0 {
+				clear(h.phy)
+			}
+			h.glueChanged()
+		}}
 }
 
-// PHY returns the i.MX7D PCIe PHY block.
+// PHY returns the i.MX7D PCIe PHY block; a write while the PHY is held
+// in reset is reported and lost (see SRC).
 func (h *Host) PHY() mmio.Regs {
 	return regs{h, func(off uint32) uint32 { return h.phy[off] },
-		func(off, v uint32) { h.phy[off] = v }}
+		func(off, v uint32) {
+			if h.src[0x2C/4]&(1<<1) != 0 {
+				h.violate("PHY write %#x at %#x while SRC_PCIEPHY_RCR holds the PHY in reset: lost", v, off)
+				return
+			}
+			h.phy[off] = v
+		}}
 }
 
 func (h *Host) pllLocked() bool {
