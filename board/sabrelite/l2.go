@@ -32,8 +32,11 @@ const (
 
 	// PREFETCH_CTRL bit 30: double linefill. ARM erratum 752271 (data
 	// corruption) affects r3p0 to r3p1-50rel0, the i.MX6D/Q's revision
-	// (CACHE_ID 0x410000C7); Linux l2c310_fixup clears the bit for RTL
-	// releases r3p0 (5) to below r3p2 (8), U-Boot mx6 soc.c for is_mx6dq.
+	// (CACHE_ID 0x410000C7; i.MX6DL/S/SX/QP have r3p2): Linux
+	// cache-l2x0.c l2c310_fixup clears the bit for RTL releases r3p0 (5)
+	// to below r3p2 (8), as NXP's kernel does in mach-imx/system.c
+	// imx_init_l2cache ("Double linefill feature can cause data
+	// corruption ... Fixed in r3p2").
 	L2_PREFETCH_DBL_LINEFILL = 1 << 30
 	L2_CACHE_ID_RTL_MASK     = 0x3F
 	L2_RTL_R3P0              = 5
