@@ -39,7 +39,10 @@ type SoC struct {
 	// DBISize is what a DBI access may reach (QEMU 7.2 maps only 4 KiB).
 	DBISize uint32
 	// RCConfigSize limits configuration accesses to the root port itself:
-	// on the i.MX6Q reads beyond 0x200 abort (Linux dbi_length).
+	// on the i.MX6Q reads beyond 0x200 abort (Linux pci-imx6.c drvdata
+	// .dbi_length = 0x200 for IMX6Q and IMX6QP). Linux sets no
+	// dbi_length for IMX6SX; the 0x200 used there is an UNCONFIRMED,
+	// conservative choice.
 	RCConfigSize uint32
 
 	ConfigBase uint64 // outbound configuration window (CPU)

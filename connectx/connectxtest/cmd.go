@@ -6,7 +6,11 @@ import (
 	"github.com/tamanic/tamanic/dma"
 )
 
-// Offsets of struct mlx5_cmd_layout (device.h) and mlx5_cmd_prot_block.
+// Offsets of struct mlx5_cmd_layout (device.h: type, rsvd0[3], inlen,
+// in_ptr, in[4], out[4], out_ptr, outlen, token, sig, rsvd1, status_own)
+// and mlx5_cmd_prot_block (data[512], rsvd0[48], next, block_num, rsvd1,
+// token, ctrl_sig, sig). Delivery status is status_own >> 1, owner bit 0
+// (cmd.c: ent->status = lay->status_own >> 1; CMD_OWNER_HW 1).
 const (
 	lyType, lyInLen, lyInPtr, lyIn, lyOut = 0x00, 0x04, 0x08, 0x10, 0x20
 	lyOutPtr, lyOutLen, lyToken, lyStOwn  = 0x30, 0x38, 0x3C, 0x3F
@@ -43,9 +47,14 @@ func (m *Model) doorbell(v uint32) {
 func (m *Model) chain(ptr uint64, n int, token uint8, data []byte, bad uint8) (addrs []uint64, ds uint8) {
 	var blk [pbSize]byte
 	for i := 0; i < n; i++ {
-		if ptr == 0 || ptr%4096 != 0 {
-			// Mailboxes are taken 4 KiB-aligned (Snabb saw 0x240-aligned ones
-			// rejected; UNCONFIRMED which alignment silicon needs).
+		if ptr == 0 || ptr%1024 != 0 {
+			// Linux takes mailboxes from a dma_pool of
+			// sizeof(struct mlx5_cmd_prot_block) = 0x240 bytes aligned to
+			// roundup_pow_of_two(0x240) = 1 KiB (cmd.c mlx5_cmd_init), so
+			// the firmware accepts 1 KiB; Snabb saw 0x240-aligned blocks
+			// rejected. A coarser rule (4 KiB, as before) would refuse
+			// what the silicon takes. Delivery status 4/5 is
+			// MLX5_CMD_DELIVERY_STAT_OUT/IN_PTR_ALIGN_ERR.
 			return nil, bad
 		}
 		if m.mem.DeviceRead(dma.Addr(ptr), blk[:]) != nil {

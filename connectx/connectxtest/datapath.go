@@ -8,6 +8,28 @@ import (
 	"github.com/tamanic/tamanic/internal/pkt"
 )
 
+// Audit (Linux include/linux/mlx5/qp.h, device.h, cq.h, en_tx.c, en_rx.c,
+// en/txrx.h, wq.h): WQEBB 64 bytes, DS 16 bytes, ds_cnt 6 bits
+// (MLX5_WQE_CTRL_DS_MASK), at most MLX5_SEND_WQE_MAX_WQEBBS = 16, NOP
+// padding so no WQE wraps (mlx5e_sq_fetch_wqe / mlx5e_fill_sq_frag_edge);
+// CE = MLX5_WQE_CTRL_CQ_UPDATE (2 << 2) asks for a CQE; inline header
+// start 2 bytes at eth+0x0E (INL_HDR_START_SZ), ds_cnt += DIV_ROUND_UP(ihs
+// - 2, 16); opcodes MLX5_OPCODE_NOP 0, SEND 0x0A, LSO 0x0E; cs_flags
+// MLX5_ETH_WQE_L3_CSUM 0x40, L4_CSUM 0x80; min inline per
+// mlx5e_calc_min_inline (L2 18 bytes = ETH_HLEN + VLAN_HLEN, IP up to the
+// transport header, TCP_UDP through it); data segment byte_count, lkey,
+// addr (struct mlx5_wqe_data_seg), MLX5_INVALID_LKEY 0x100 ends an RX
+// list. CQE64 (struct mlx5_cqe64 / mlx5_err_cqe): check_sum 0x14,
+// hds_ip_ext 0x1C (CQE_L2_OK 1, L3_OK 2, L4_OK 4), l4_l3_hdr_type 0x1D
+// (L4 7:4: 1 TCP, 2 UDP, 3 TCP ACK no data, 4 TCP ACK and data; L3 3:2:
+// 1 IPv6, 2 IPv4), byte_cnt 0x2C, sop_drop_qpn 0x38, wqe_counter 0x3C,
+// op_own 0x3F (opcode 7:4: REQ 0, RESP_SEND 2, REQ_ERR 0xD, RESP_ERR
+// 0xE; owner bit 0), error syndrome 0x37 (LOCAL_LENGTH_ERR 1,
+// LOCAL_QP_OP_ERR 2, LOCAL_PROT_ERR 4). The CQE checksum covers the IP
+// header to the end of the IP datagram: no VLAN, no Ethernet padding
+// (en_rx.c mlx5e_handle_csum adds the padding back with
+// mlx5e_skb_padding_csum unless the cqe_checksum_full cap is set).
+
 // Send WQE (qp.h): control segment at 0 (opmod|wqe_index|opcode, sqn|ds,
 // signature, fm_ce_se at byte 11), eth segment at 0x10 (cs_flags 0x14, mss
 // 0x16, inline_hdr.sz 0x1C, inline bytes from 0x1E), data segments

@@ -428,6 +428,16 @@ func (m *Model) Write32(off, v uint32) {
 	}
 }
 
+// uarWrite decodes a UAR page (Linux): the SQ doorbell is a 64-bit store
+// of the control segment's first 8 bytes, unswapped, at MLX5_BF_OFFSET
+// 0x800, alternating with 0x900 (bfreg offset ^= buf_size 0x100;
+// mlx5e_notify_hw, mlx5_write64); the CQ arm doorbell is at
+// MLX5_CQ_DOORBELL 0x20; the EQ consumer index (eqn << 24 | ci, big
+// endian) at MLX5_EQ_DOORBEL_OFFSET 0x40 to arm, +8 (0x48) without arming
+// (eq.c eq_update_ci). Doorbell records: SQ counter in dword
+// MLX5_SND_DBR 1, RQ in MLX5_RCV_DBR 0, CQ consumer index (24 bits) in
+// dword 0 (mlx5_cq_set_ci); owner bits as mlx5_cqwq_get_cqe and
+// next_eqe_sw expect: valid when owner == (counter >> log_size) & 1.
 func (m *Model) uarWrite(off, prev, v uint32) {
 	page, po := off/4096, off%4096
 	binary.LittleEndian.PutUint32(m.bar[off:], v)

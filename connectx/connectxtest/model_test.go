@@ -341,3 +341,40 @@ func TestObjectStatuses(t *testing.T) {
 	}
 	r.mem.Take() // pages the test never frees
 }
+
+// Mailboxes 1 KiB-aligned are what Linux hands the firmware (a dma_pool
+// of 0x240-byte blocks aligned to 1 KiB); 0x240-aligned ones are refused
+// with IN_PTR_ALIGN_ERR (Snabb).
+func TestMailboxAlignment(t *testing.T) {
+	r := newRaw(t, connectxtest.Options{})
+	if _, s, _ := r.cmd(in(connectx.OpEnableHCA, 0, 16), 16, nil); s != 0 {
+		t.Fatalf("ENABLE_HCA %#x", s)
+	}
+	// A buffer whose address has the given alignment and no coarser one.
+	at := func(align uint64) dma.Buffer {
+		for {
+			b, err := r.mem.Alloc(connectx.MailboxSize, 64, dma.Coherent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := uint64(b.Addr()); a%align == 0 && a%(2*align) != 0 {
+				return b
+			}
+		}
+	}
+	big := in(connectx.OpModifyNICVportCtx, 0, 0x200)
+	for _, c := range []struct {
+		align uint64
+		want  uint8
+	}{{1024, 0}, {0x40, connectx.DeliveryInPtrAlign}} {
+		b := at(c.align)
+		ds, _, _ := r.cmd(big, 16, func(e []byte, mb []dma.Buffer) {
+			copy(b.Bytes(), mb[0].Bytes())
+			binary.BigEndian.PutUint64(e[0x08:], uint64(b.Addr()))
+		})
+		if ds != c.want {
+			t.Errorf("mailbox at %#x (%#x-aligned): delivery status %#x, want %#x", b.Addr(), c.align, ds, c.want)
+		}
+	}
+	r.m.Violations()
+}

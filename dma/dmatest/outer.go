@@ -33,6 +33,22 @@ const (
 	// UnsyncedOuter: the device accessed DRAM while PL310 line operations
 	// were not yet completed by CACHE_SYNC.
 	UnsyncedOuter
+	// PL310SlvErr: a write to AUX_CTRL or the tag/data RAM latency
+	// registers with the L2 enabled; the L2C-310 answers it with SLVERR
+	// and keeps the old value (L2C-310 TRM, Auxiliary Control and
+	// Latency Control registers; U-Boot mx6 soc.c disables the L2 before
+	// changing them, Linux l2c_enable "must only be called when the cache
+	// controller is known to be disabled").
+	PL310SlvErr
+	// PL310EnabledDirty: CTRL.EN set without a full invalidate by way
+	// since reset: the tag RAM content is undefined at power-up (Linux
+	// l2c_enable invalidates all ways, syncs, then enables).
+	PL310EnabledDirty
+	// PL310Erratum752271: the L2 enabled with PREFETCH_CTRL double
+	// linefill (bit 30) set on an r3p0-r3p1 controller (the i.MX6D/Q's is
+	// r3p1-50rel0, CACHE_ID 0x410000C7): data corruption (ARM erratum
+	// 752271; Linux l2c310_fixup clears the bit for those revisions).
+	PL310Erratum752271
 )
 
 var hierKindNames = map[int]string{
@@ -41,6 +57,9 @@ var hierKindNames = map[int]string{
 	DirtyAtDeviceWrite:  "dirty line over device write",
 	StaleLineRead:       "stale cached line read by the CPU",
 	UnsyncedOuter:       "device access before PL310 CACHE_SYNC",
+	PL310SlvErr:         "PL310 configuration write with the L2 enabled (SLVERR)",
+	PL310EnabledDirty:   "PL310 enabled without an invalidate of all ways",
+	PL310Erratum752271:  "PL310 r3p0-r3p1 enabled with double linefill (erratum 752271)",
 }
 
 // HierViolation is one violation found by the hierarchy model.
@@ -75,6 +94,7 @@ type Hierarchy struct {
 	// the levels.
 	EvictBetweenOps bool
 	unsynced        bool
+	ctl             pl310Ctl
 	viol            []HierViolation
 	// Ops records the maintenance operations in order ("L1 clean",
 	// "L2 inv", ...), for tests of the order itself.
@@ -85,8 +105,40 @@ type Hierarchy struct {
 // aligned), all caches empty.
 func NewHierarchy(base uintptr, size int) *Hierarchy {
 	return &Hierarchy{Base: base, dram: make([]byte, size), gen: map[uintptr]uint64{},
-		l1: map[uintptr]*hline{}, l2: map[uintptr]*hline{}}
+		l1: map[uintptr]*hline{}, l2: map[uintptr]*hline{}, ctl: pl310Ctl{id: PL310CacheIDIMX6Q, aux: PL310AuxResetIMX6Q}}
 }
+
+// PL310 control registers the model keeps (offsets as Linux
+// arch/arm/include/asm/hardware/cache-l2x0.h: L2X0_CACHE_ID 0x000,
+// L2X0_CTRL 0x100, L2X0_AUX_CTRL 0x104, L310_TAG_LATENCY_CTRL 0x108,
+// L310_DATA_LATENCY_CTRL 0x10C, L2X0_INV_WAY 0x77C, L310_PREFETCH_CTRL
+// 0xF60).
+const (
+	pl310CacheID  = 0x000
+	pl310Ctrl     = 0x100
+	pl310Aux      = 0x104
+	pl310TagLat   = 0x108
+	pl310DataLat  = 0x10C
+	pl310InvWay   = 0x77C
+	pl310Prefetch = 0xF60
+
+	// PL310CacheIDIMX6Q is the i.MX6D/Q's CACHE_ID: ARM, part L2C-310
+	// (0x3 << 6), RTL release 7 = r3p1-50rel0 (Linux boot log
+	// "L2C-310: CACHE_ID 0x410000c7, AUX_CTRL 0x76470001" with "errata
+	// 752271 769419 enabled"; i.MX6DL/SX/QP have r3p2, 0x410000C8).
+	PL310CacheIDIMX6Q = 0x410000C7
+	// PL310AuxResetIMX6Q is AUX_CTRL before software: 16 ways (bit 16)
+	// of 64 KiB (way size 3 in 19:17), 1 MiB, round-robin (bit 25).
+	PL310AuxResetIMX6Q = 0x02070000
+)
+
+type pl310Ctl struct {
+	id, ctrl, aux, tag, data, prefetch uint32
+	invalidated                        bool // all ways invalidated since reset
+}
+
+// SetPL310ID sets the CACHE_ID the model reports (RTL release in 5:0).
+func (h *Hierarchy) SetPL310ID(id uint32) { h.ctl.id = id }
 
 // Take returns and clears the violations found so far.
 func (h *Hierarchy) Take() []HierViolation {
@@ -250,20 +302,101 @@ func (o l1ops) Barrier()                           { o.h.evict() }
 
 // PL310 returns the model's L2 controller registers, for dma.PL310.Regs:
 // the by-PA line operations and CACHE_SYNC (L2C-310 TRM r3p3, 3.3.10
-// "Cache maintenance operations"). Other registers read as zero.
+// "Cache maintenance operations"; offsets as Linux cache-l2x0.h:
+// L2X0_CACHE_SYNC 0x730, L2X0_INV_LINE_PA 0x770, L2X0_CLEAN_LINE_PA
+// 0x7B0, L2X0_CLEAN_INV_LINE_PA 0x7F0, address bits 4:0 ignored for the
+// 32-byte line), and the control registers EnableL2 programs (CACHE_ID,
+// CTRL, AUX_CTRL, the latencies, INV_WAY, PREFETCH_CTRL). Other registers
+// read as zero.
+//
+// Errata checked for the i.MX6 revisions (r3p1-50rel0 and r3p2; gating
+// as Linux l2c310_fixup): 588369 (clean+invalidate by PA leaves clean
+// lines, below r2p0) and 727915 (background clean+invalidate by way,
+// r2p0 to below r3p1) do not apply, so a clean+invalidate by PA drops the
+// line here; 753970 (CACHE_SYNC, r3p0 only) does not apply; 752271
+// (double linefill, r3p0 to below r3p2) applies to the i.MX6D/Q and is
+// enforced; 769419 (store buffer not drained without CACHE_SYNC, all
+// revisions Linux enables it for) is what UnsyncedOuter stands for.
 func (h *Hierarchy) PL310() PL310Regs { return PL310Regs{h} }
 
 // PL310Regs is the register view of the model's L2.
 type PL310Regs struct{ h *Hierarchy }
 
-// Read32 implements mmio.Regs: CACHE_SYNC reads 0 (operations complete at
-// once in the model).
-func (r PL310Regs) Read32(off uint32) uint32 { return 0 }
+// Read32 implements mmio.Regs: CACHE_SYNC and INV_WAY read 0
+// (operations complete at once in the model; line operations are atomic
+// on the L2C-310, Linux cache-l2x0.c cache_wait "cache operations by
+// line are atomic on PL310"); the control registers read back.
+func (r PL310Regs) Read32(off uint32) uint32 {
+	c := &r.h.ctl
+	switch off {
+	case pl310CacheID:
+		return c.id
+	case pl310Ctrl:
+		return c.ctrl
+	case pl310Aux:
+		return c.aux
+	case pl310TagLat:
+		return c.tag
+	case pl310DataLat:
+		return c.data
+	case pl310Prefetch:
+		return c.prefetch
+	}
+	return 0
+}
+
+// control handles the configuration registers; it reports whether off
+// was one.
+func (r PL310Regs) control(off, v uint32) bool {
+	h, c := r.h, &r.h.ctl
+	on := c.ctrl&1 != 0
+	switch off {
+	case pl310Aux, pl310TagLat, pl310DataLat:
+		if on {
+			h.report(PL310SlvErr, uintptr(off))
+			return true
+		}
+		switch off {
+		case pl310Aux:
+			c.aux = v
+		case pl310TagLat:
+			c.tag = v
+		default:
+			c.data = v
+		}
+	case pl310Prefetch:
+		c.prefetch = v
+	case pl310InvWay:
+		all := uint32(0xFF)
+		if c.aux&(1<<16) != 0 {
+			all = 0xFFFF
+		}
+		if v&all == all {
+			c.invalidated = true
+		}
+	case pl310Ctrl:
+		if v&1 != 0 && !on {
+			if !c.invalidated {
+				h.report(PL310EnabledDirty, 0)
+			}
+			if rtl := c.id & 0x3F; rtl >= 5 && rtl < 8 && c.prefetch&(1<<30) != 0 {
+				h.report(PL310Erratum752271, 0)
+			}
+		}
+		c.ctrl = v & 1
+	default:
+		return false
+	}
+	return true
+}
 
 // Write32 implements mmio.Regs.
 func (r PL310Regs) Write32(off, v uint32) {
 	h := r.h
 	defer h.evict()
+	if r.control(off, v) {
+		return
+	}
 	la := lineOf(uintptr(v))
 	var clean, inv bool
 	switch off {

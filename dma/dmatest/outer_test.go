@@ -191,3 +191,43 @@ func TestHierarchyOrderLog(t *testing.T) {
 		t.Errorf("String: %q", s)
 	}
 }
+
+// The PL310 model's control rules, driven directly with wrong sequences.
+func TestPL310ControlRules(t *testing.T) {
+	h := NewHierarchy(hierBase, 4096)
+	r := h.PL310()
+	if r.Read32(0) != PL310CacheIDIMX6Q || r.Read32(0x104) != PL310AuxResetIMX6Q {
+		t.Fatalf("CACHE_ID %#x AUX %#x", r.Read32(0), r.Read32(0x104))
+	}
+	r.Write32(0xF60, 1<<30) // double linefill on an r3p1
+	r.Write32(0x100, 1)     // enabled without invalidating the ways
+	if k := hierKinds(h.Take()); k[PL310EnabledDirty] != 1 || k[PL310Erratum752271] != 1 {
+		t.Fatalf("enable: %v", k)
+	}
+	r.Write32(0x104, 0) // AUX with the L2 on
+	r.Write32(0x108, 0) // tag latency
+	r.Write32(0x10C, 0) // data latency
+	if k := hierKinds(h.Take()); k[PL310SlvErr] != 3 {
+		t.Fatalf("configuration with the L2 on: %v", k)
+	}
+	if r.Read32(0x104) != PL310AuxResetIMX6Q {
+		t.Error("AUX changed by a refused write")
+	}
+	// The right order: off, configure, invalidate all 16 ways, enable.
+	h = NewHierarchy(hierBase, 4096)
+	r = h.PL310()
+	r.Write32(0x104, PL310AuxResetIMX6Q|1<<22)
+	r.Write32(0x77C, 0xFF) // 8 ways only: not all of a 16-way cache
+	r.Write32(0x100, 1)
+	if k := hierKinds(h.Take()); k[PL310EnabledDirty] != 1 {
+		t.Fatalf("half invalidate: %v", k)
+	}
+	h = NewHierarchy(hierBase, 4096)
+	r = h.PL310()
+	r.Write32(0x77C, 0xFFFF)
+	r.Write32(0x730, 0)
+	r.Write32(0x100, 1)
+	if v := h.Take(); len(v) != 0 {
+		t.Fatalf("correct enable: %v", v)
+	}
+}

@@ -50,7 +50,30 @@ import (
 )
 
 // Register offsets (82574 datasheet 10.2; mirror of package e1000e's,
-// written out here so the model does not import the driver).
+// written out here so the model does not import the driver). Audited
+// against Linux drivers/net/ethernet/intel/e1000e/regs.h (E1000_CTRL 0,
+// STATUS 8, EERD 0x14, MDIC 0x20, ICR 0xC0, ICS 0xC8, IMS 0xD0, IMC 0xD8,
+// RCTL 0x100, TCTL 0x400, RDBAL(0) 0x2800 .. RDT(0) 0x2818, TDBAL(0)
+// 0x3800 .. TDT(0) 0x3818, RXCSUM 0x5000, RFCTL 0x5008, MTA 0x5200,
+// RAL(0)/RAH(0) 0x5400/0x5404, statistics 0x4000-0x40FF) and QEMU
+// hw/net/e1000_regs.h. Field bits: EERD START 0 / DONE 1 / ADDR 2 / DATA
+// 16 (E1000_NVM_RW_*), MDIC REG 16 / PHY 21 / OP 26 / READY 28 / ERROR 30
+// (PHY address 1 only: QEMU e1000e_set_mdic sets MDIC.E otherwise), ICR
+// INT_ASSERTED bit 31 and clear on read without MSI-X (QEMU
+// e1000e_mac_icr_read), STATUS FD 0 / LU 1 / SPEED 7:6 (10 = 1000) /
+// GIO_MASTER_ENABLE 19, CTRL.RST 26, RCTL EN 1 / UPE 3 / MPE 4 / LPE 5 /
+// DTYP 11:10 / MO 13:12 / BAM 15 / BSIZE 17:16 / BSEX 25 / SECRC 26,
+// RXCSUM IPOFL 8 / TUOFL 9, RFCTL.EXTEN 15, MTA hash for MO 00 (mc_addr[4]
+// >> 4 | mc_addr[5] << 4, 12 bits: e1000_hash_mc_addr), extended RX
+// write-back (union e1000_rx_desc_extended: status_error DD 0 / EOP 1 /
+// IXSM 2 / UDPCS 4 / TCPCS 5 / IPCS 6, errors CE 24 / SE 25 / TCPE 29 /
+// IPE 30 / RXE 31, length at byte 12), TX context (struct
+// e1000_context_desc: IPCSS/IPCSO/IPCSE, TUCSS/TUCSO/TUCSE, PAYLEN 19:0
+// with TUCMD TSE 26 / IP 25 / TCP 24, HDRLEN 15:8 and MSS 31:16 of dword
+// 3) and data descriptors (DTALEN 19:0, DTYP 23:20 = 1, DCMD EOP 24 / IFCS
+// 25 / TSE 26 / RS 27 / DEXT 29, POPTS IXSM 8 / TXSM 9 of dword 3, DD bit
+// 0 written back with RS). Oversize limits follow QEMU e1000x_is_oversized
+// (1518 bytes without FCS with LPE clear, 16 KiB - 4 with it).
 const (
 	rCTRL   = 0x0000
 	rSTATUS = 0x0008
@@ -150,6 +173,7 @@ type Model struct {
 	ctx     txCtx
 	gather  []byte
 	dataTSE bool
+	ifcs    bool // the packet's first data descriptor had DCMD.IFCS
 	popts   uint32
 	pending [][]byte // frames to hand to out once unlocked
 	raw     *rawWB   // InjectWriteback's write-back
@@ -620,6 +644,9 @@ func (m *Model) data(h uint32, d []byte) {
 	w2 := binary.LittleEndian.Uint32(d[8:])
 	w3 := binary.LittleEndian.Uint32(d[12:])
 	ln := int(w2 & 0xFFFFF)
+	if len(m.gather) == 0 {
+		m.ifcs = w2&(1<<25) != 0
+	}
 	if ln == 0 {
 		m.violate("TX data descriptor %d with length 0", h)
 	} else {
@@ -640,6 +667,16 @@ func (m *Model) data(h uint32, d []byte) {
 	p := m.gather
 	m.gather = nil
 	m.st.TxPackets++
+	// DCMD.IFCS (bit 25 of a data descriptor's dword 2): without it the
+	// MAC appends no FCS and the frame leaves with its last four bytes
+	// taken as the CRC, which the link partner drops as a CRC error
+	// (82574 datasheet, transmit data descriptor DCMD; Linux e1000e
+	// e1000_configure_tx sets E1000_TXD_CMD_IFCS in every descriptor's
+	// txd_cmd).
+	if !m.ifcs {
+		m.violate("packet sent without DCMD.IFCS: no FCS is appended, the link partner drops it as a CRC error")
+		return
+	}
 	switch {
 	case m.dataTSE:
 		if !m.ctx.valid || !m.ctx.tse {

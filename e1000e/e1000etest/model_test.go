@@ -2,6 +2,7 @@ package e1000etest_test
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"strings"
 	"testing"
 
@@ -86,6 +87,7 @@ const (
 	eop   = 1 << 24
 	rs    = 1 << 27
 	tse   = 1 << 26
+	ifcs  = 1 << 25
 )
 
 func TestTXViolations(t *testing.T) {
@@ -99,17 +101,17 @@ func TestTXViolations(t *testing.T) {
 	b.desc(0, a, 0, 60|eop|rs, 0) // legacy
 	b.r.Write32(0x3818, 1)
 	b.expect("legacy TX descriptor")
-	b.desc(1, a, 0, dext|dtypD|0|eop, 0) // zero length
+	b.desc(1, a, 0, dext|dtypD|ifcs|0|eop, 0) // zero length
 	b.r.Write32(0x3818, 2)
 	b.expect("length 0")
-	b.desc(2, a, 0, dext|dtypD|tse|100|eop, 0) // TSO data without context
+	b.desc(2, a, 0, dext|dtypD|ifcs|tse|100|eop, 0) // TSO data without context
 	b.r.Write32(0x3818, 3)
 	b.expect("without a TSO context")
 	b.desc(3, 14|24<<8|33<<16, 34|50<<8, dext|tse|1<<25|1<<24|500, 54<<8|1000<<16) // TSO context, PAYLEN 500
-	b.desc(4, a, 0, dext|dtypD|tse|200|eop|rs, 3<<8)                               // gathers 146 payload bytes
+	b.desc(4, a, 0, dext|dtypD|ifcs|tse|200|eop|rs, 3<<8)                          // gathers 146 payload bytes
 	b.r.Write32(0x3818, 5)
 	b.expect("PAYLEN 500")
-	b.desc(5, a, 0, dext|dtypD|100|eop, 1<<8) // IXSM without a checksum context (the last was TSO)
+	b.desc(5, a, 0, dext|dtypD|ifcs|100|eop, 1<<8) // IXSM without a checksum context (the last was TSO)
 	b.r.Write32(0x3818, 6)
 	b.expect("without a checksum context")
 	if tail := b.r.Read32(0x3810); tail != 6 {
@@ -119,7 +121,7 @@ func TestTXViolations(t *testing.T) {
 	b.expect("TDT 9 outside")
 	// Bus mastering off: the descriptor fetch is refused.
 	b.d.SetBusMaster(false)
-	b.desc(6, a, 0, dext|dtypD|64|eop, 0)
+	b.desc(6, a, 0, dext|dtypD|ifcs|64|eop, 0)
 	b.r.Write32(0x3818, 7)
 	b.expect("bus mastering disabled")
 }
@@ -131,11 +133,11 @@ func TestTXOwnership(t *testing.T) {
 	b.startTX()
 	a := uint32(b.buf.Addr())
 	for i := 0; i < 3; i++ {
-		b.desc(i, a, 0, dext|dtypD|64|eop|rs, 0)
+		b.desc(i, a, 0, dext|dtypD|ifcs|64|eop|rs, 0)
 	}
 	b.r.Write32(0x3818, 3)
-	b.desc(1, a, 0, dext|dtypD|65|eop|rs, 0) // rewritten while owned
-	b.desc(3, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.desc(1, a, 0, dext|dtypD|ifcs|65|eop|rs, 0) // rewritten while owned
+	b.desc(3, a, 0, dext|dtypD|ifcs|64|eop|rs, 0)
 	b.r.Write32(0x3818, 4)
 	b.expect()
 	b.m.ProcessTX()
@@ -143,8 +145,8 @@ func TestTXOwnership(t *testing.T) {
 	if st := b.m.Stats(); st.TxFrames != 4 {
 		t.Errorf("%+v", st)
 	}
-	b.desc(4, a, 0, dext|dtypD|64|eop|rs, 0)
-	b.desc(5, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.desc(4, a, 0, dext|dtypD|ifcs|64|eop|rs, 0)
+	b.desc(5, a, 0, dext|dtypD|ifcs|64|eop|rs, 0)
 	b.r.Write32(0x3818, 6)
 	b.r.Write32(0x3818, 5) // the device owns 4 and 5: the tail may not pass them
 	b.expect("past TDH")
@@ -178,4 +180,80 @@ func TestRXViolations(t *testing.T) {
 	b.r.Write32(0x5008, 0)
 	b.r.Write32(0x0100, 2)
 	b.expect("not a non-zero multiple of 128", "legacy RX descriptors")
+}
+
+// A data descriptor without DCMD.IFCS makes the MAC send no FCS: the
+// partner drops the frame. The model reports it and sends nothing.
+func TestTXWithoutIFCS(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	b.d.SetBusMaster(true)
+	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.startTX()
+	var sent int
+	b.m.OnTransmit(func([]byte) { sent++ })
+	a := uint32(b.buf.Addr())
+	b.desc(0, a, 0, dext|dtypD|64|eop|rs, 0)
+	b.r.Write32(0x3818, 1)
+	b.expect("without DCMD.IFCS")
+	b.desc(1, a, 0, dext|dtypD|ifcs|64|eop|rs, 0)
+	b.r.Write32(0x3818, 2)
+	b.expect()
+	if sent != 1 {
+		t.Fatalf("%d frames on the wire, want 1 (only the one with IFCS)", sent)
+	}
+}
+
+// rxOne hands descriptor 0 (buffer at b.buf) to the device with rctl and
+// injects f; it returns the write-back length and the buffer.
+func (b *bench) rxOne(rctl uint32, f []byte) (bool, int, []byte) {
+	b.d.SetBusMaster(true)
+	b.desc(0, uint32(b.buf.Addr()), 0, 0, 0)
+	b.mem.SyncForDevice(b.buf, dma.FromDevice)
+	b.r.Write32(0x5008, 1<<15)
+	b.r.Write32(0x2800, uint32(b.ring.Addr()))
+	b.r.Write32(0x2808, 8*16)
+	b.r.Write32(0x0100, rctl)
+	b.r.Write32(0x2818, 1)
+	ok := b.m.Inject(f)
+	b.mem.SyncForCPU(b.buf, dma.FromDevice)
+	ln := int(binary.LittleEndian.Uint16(b.ring.Bytes()[12:]))
+	return ok, ln, b.buf.Bytes()
+}
+
+// Without RCTL.SECRC the silicon leaves the FCS in the buffer and counts
+// it in the length; with it, the frame alone.
+func TestRXFCSFollowsSECRC(t *testing.T) {
+	f := make([]byte, 64)
+	copy(f, []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xB5})
+	for i := 14; i < len(f); i++ {
+		f[i] = byte(i)
+	}
+	b := newBench(t, e1000etest.Options{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	ok, ln, buf := b.rxOne(2, f)
+	if !ok || ln != 68 {
+		t.Fatalf("SECRC clear: stored %v, length %d, want 68 (frame and FCS)", ok, ln)
+	}
+	if got, want := binary.LittleEndian.Uint32(buf[64:]), crc32.ChecksumIEEE(f); got != want {
+		t.Errorf("FCS %#x, want %#x", got, want)
+	}
+	b = newBench(t, e1000etest.Options{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	if ok, ln, _ := b.rxOne(2|1<<26, f); !ok || ln != 64 {
+		t.Fatalf("SECRC set: stored %v, length %d, want 64", ok, ln)
+	}
+	b.expect()
+}
+
+// The buffer size is RCTL.BSIZE's, not a fixed 2048 bytes: a frame larger
+// than a 256-byte buffer is not written past it.
+func TestRXBufferSizeFromRCTL(t *testing.T) {
+	b := newBench(t, e1000etest.Options{MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	f := make([]byte, 300)
+	for i := range f {
+		f[i] = 0xAA
+	}
+	copy(f, []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x88, 0xB5})
+	if ok, _, buf := b.rxOne(2|1<<26|3<<16, f); ok || buf[256] != 0 {
+		t.Fatalf("300-byte frame into a 256-byte buffer: stored %v, byte 256 %#x", ok, buf[256])
+	}
+	b.expect("256-byte buffer")
 }

@@ -2,6 +2,7 @@ package e1000etest
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 
 	"github.com/tamanic/tamanic/dma"
 )
@@ -87,15 +88,27 @@ func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	if dw == nil {
 		return false
 	}
+	// Not a silicon rule (the read format's upper quadword is not
+	// fetched for status): a DD left set makes the driver take a stale
+	// write-back for a new frame. Linux e1000_clean_rx_irq clears
+	// status_error's low byte before reposting for the same reason.
 	if load(&dw[2])&1 != 0 {
 		m.violate("RX descriptor %d handed to the device with DD still set", h)
 	}
 	buf := dma.Addr(uint64(load(&dw[0])) | uint64(load(&dw[1]))<<32)
-	if len(f) > 2048 {
-		m.violate("frame of %d bytes for a 2048-byte buffer (multi-descriptor frames not modelled)", len(f))
+	// Without RCTL.SECRC the FCS stays in the buffer and in the length
+	// (82574 datasheet RCTL.SECRC; QEMU e1000e_write_packet_to_guest adds
+	// e1000x_fcs_len, 4 unless SECRC, to total_size; QEMU writes zeros
+	// where the silicon writes the CRC, the model writes the CRC).
+	data := f
+	if rctl&rctlSECRC == 0 {
+		data = binary.LittleEndian.AppendUint32(append([]byte(nil), f...), crc32.ChecksumIEEE(f))
+	}
+	if bs := rxBufSize(rctl); len(data) > bs {
+		m.violate("frame of %d bytes for a %d-byte buffer (RCTL.BSIZE/BSEX; multi-descriptor frames not modelled)", len(data), bs)
 		return false
 	}
-	if !m.dmaWrite(buf, f, "RX buffer") {
+	if !m.dmaWrite(buf, data, "RX buffer") {
 		return false
 	}
 	st := uint32(1 | 2) // DD, EOP
@@ -103,7 +116,7 @@ func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	st |= errs
 	// Write-back format: MRQ, RSS/checksum, status and errors, length.
 	// The status dword last, as it makes the descriptor the driver's.
-	ln := uint32(len(f))
+	ln := uint32(len(data))
 	if m.raw != nil {
 		st, ln = m.raw.status, uint32(m.raw.length)
 	}
@@ -127,6 +140,32 @@ func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	}
 	m.cause(intRXT0)
 	return true
+}
+
+// RCTL fields the receive path honours (82574 datasheet RCTL; Linux
+// e1000e hw.h E1000_RCTL_*).
+const (
+	rctlBSEX  = 1 << 25
+	rctlSECRC = 1 << 26
+)
+
+// rxBufSize is the receive buffer size RCTL.BSIZE (17:16) and BSEX select:
+// 2048, 1024, 512, 256 bytes, or with BSEX 16384, 8192, 4096 (BSIZE 00
+// with BSEX is reserved; QEMU e1000x_rxbufsize falls back to 2048).
+func rxBufSize(rctl uint32) int {
+	bs := rctl >> 16 & 3
+	if rctl&rctlBSEX != 0 {
+		switch bs {
+		case 1:
+			return 16384
+		case 2:
+			return 8192
+		case 3:
+			return 4096
+		}
+		return 2048
+	}
+	return 2048 >> bs
 }
 
 // accept applies the receive filters: RAL0/RAH0, broadcast (BAM),

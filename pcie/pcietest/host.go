@@ -49,6 +49,14 @@ type Options struct {
 	PLLNeverLocks bool
 	// PHYStuck: the i.MX6 PHY never acknowledges a PHY_CTRL strobe.
 	PHYStuck bool
+	// RegionAlign is the iATU's minimum region size (default 64 KiB):
+	// the low bits of a region's base and target must be zero and the
+	// limit's low bits are hardwired to ones. Linux reads it back
+	// (pcie-designware.c dw_pcie_iatu_detect: LIMIT written 0 reads
+	// region_align-1) and an i.MX6Q reports "iATU: unroll F, 4 ob, 4 ib,
+	// align 64K, limit 4G"; dw_pcie_prog_outbound_atu refuses unaligned
+	// cpu_addr or pci_addr with -EINVAL. QEMU 7.2 reports "align 0K".
+	RegionAlign uint32
 }
 
 // PHYWrite is one write to an i.MX6 PHY register through PHY_CTRL.
@@ -171,6 +179,9 @@ func New(opts Options) *Host {
 	}
 	if opts.PartnerGen == 0 {
 		opts.PartnerGen = 2
+	}
+	if opts.RegionAlign == 0 {
+		opts.RegionAlign = 64 << 10
 	}
 	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{}, phyRegs: map[uint16]uint16{},
 		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports)}
@@ -314,16 +325,36 @@ func (h *Host) GPR() mmio.Regs {
 	}}
 }
 
-// SRC returns the i.MX7D System Reset Controller.
+// SRC returns the i.MX7D System Reset Controller. Asserting the PHY's
+// global reset (SRC_PCIEPHY_RCR bit 1) returns the PHY block's registers
+// to their reset values, so the ERR010728 settings must be written after
+// it is released, as Linux pci-imx6.c does (imx6_pcie_deassert_core_reset:
+// reset_control_deassert(pciephy_reset), then the CMN_REG4/24/26 writes,
+// then imx7d_pcie_wait_for_phy_pll_lock). UNCONFIRMED on silicon: no
+// public source says a write to the PHY in reset is lost; the model
+// takes the conservative reading.
 func (h *Host) SRC() mmio.Regs {
 	return regs{h, func(off uint32) uint32 { return h.src[(off/4)%32] },
-		func(off, v uint32) { h.src[(off/4)%32] = v; h.glueChanged() }}
+		func(off, v uint32) {
+			h.src[(off/4)%32] = v
+			if off == 0x2C && v&(1<<1) != 0 {
+				clear(h.phy)
+			}
+			h.glueChanged()
+		}}
 }
 
-// PHY returns the i.MX7D PCIe PHY block.
+// PHY returns the i.MX7D PCIe PHY block; a write while the PHY is held
+// in reset is reported and lost (see SRC).
 func (h *Host) PHY() mmio.Regs {
 	return regs{h, func(off uint32) uint32 { return h.phy[off] },
-		func(off, v uint32) { h.phy[off] = v }}
+		func(off, v uint32) {
+			if h.src[0x2C/4]&(1<<1) != 0 {
+				h.violate("PHY write %#x at %#x while SRC_PCIEPHY_RCR holds the PHY in reset: lost", v, off)
+				return
+			}
+			h.phy[off] = v
+		}}
 }
 
 func (h *Host) pllLocked() bool {
@@ -333,7 +364,17 @@ func (h *Host) pllLocked() bool {
 }
 
 // glueReady says whether the glue lets the link train, and ltssm whether
-// training is enabled.
+// training is enabled. Bits audited against Linux pci-imx6.c and
+// include/linux/mfd/syscon/imx6q-iomuxc-gpr.h / imx7-iomuxc-gpr.h:
+// GPR12 DEVICE_TYPE 15:12 = PCI_EXP_TYPE_ROOT_PORT (4), GPR12 bit 10
+// (IMX6Q_GPR12_PCIE_CTL_2, LTSSM enable on i.MX6Q/SX), GPR1 bit 16
+// REF_CLK_EN and bit 18 TEST_PD (i.MX6Q), GPR12 bit 30 TEST_POWERDOWN and
+// GPR5 bit 19 BTNRST_RESET (i.MX6SX), GPR12 bit 5 PHY_REFCLK_SEL and GPR22
+// bit 31 PHY_PLL_LOCKED (i.MX7D), SRC_PCIEPHY_RCR 0x2C bits 1/2 (PHY G_RST,
+// BTN) and bit 6 PCIE_CTRL_APPS_EN (reset-imx7.c). ERR010728's PHY values
+// 0x14=0x29 (CMN_REG4 DCC_FB_EN), 0x90=0x48 (CMN_REG24 RX_EQ|RX_EQ_SEL),
+// 0x98=0xBC (CMN_REG26 ATT_MODE) are pci-imx6.c's, written in
+// imx6_pcie_deassert_core_reset before imx7d_pcie_wait_for_phy_pll_lock.
 func (h *Host) glueReady() (ready, ltssm bool) {
 	g1, g5, g12 := h.gpr[1], h.gpr[5], h.gpr[12]
 	rc := g12&(0xF<<12) == 4<<12
@@ -363,6 +404,22 @@ func (h *Host) setGen(g int) {
 }
 
 // --- DBI ----------------------------------------------------------------
+
+// Port-logic offsets the model decodes, audited against Linux
+// drivers/pci/controller/dwc/pcie-designware.h (PCIE_PORT_DEBUG0 0x728,
+// PCIE_PORT_DEBUG1 0x72C with LINK_UP bit 4 and LINK_IN_TRAINING bit 29,
+// PCIE_LINK_WIDTH_SPEED_CONTROL 0x80C with PORT_LOGIC_SPEED_CHANGE bit 17,
+// PCIE_MSI_ADDR_LO/HI 0x820/0x824, PCIE_MSI_INTR0_ENABLE/MASK/STATUS
+// 0x828/0x82C/0x830, PCIE_MISC_CONTROL_1_OFF 0x8BC with DBI_RO_WR_EN bit 0,
+// PCIE_ATU_VIEWPORT 0x900 with REGION_INBOUND bit 31, CR1 0x904 (TYPE_MEM
+// 0, CFG0 4, CFG1 5), CR2 0x908 with ENABLE bit 31, LOWER/UPPER_BASE
+// 0x90C/0x910, LIMIT 0x914, LOWER/UPPER_TARGET 0x918/0x91C, PCIE_ATU_BUS/
+// DEV/FUNC at bits 31:24/23:19/18:16) and QEMU hw/pci-host/designware.c
+// (DESIGNWARE_PCIE_* of the same values; the viewport takes effect on the
+// CR2 write, designware_pcie_update_viewport). PHY_STAT 0x810 and PHY_CTRL
+// 0x814 with CAP_ADR/CAP_DAT/WR/RD strobes at bits 16-19 and ACK at
+// PHY_STAT bit 16 are pci-imx6.c's PCIE_PHY_STAT/PCIE_PHY_CTRL
+// (pcie_phy_wait_ack: ack follows the strobe, drops when it is released).
 
 // DBI returns the core's register block.
 func (h *Host) DBI() mmio.Regs { return regs{h, h.dbiRead, h.dbiWrite} }
@@ -443,7 +500,9 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	case 0x910:
 		return vp.uba
 	case 0x914:
-		return vp.la
+		// The limit's low bits are hardwired to ones (Linux
+		// dw_pcie_iatu_detect reads region_align-1 after writing 0).
+		return vp.la | (h.opts.RegionAlign - 1)
 	case 0x918:
 		return vp.lta
 	case 0x91C:
@@ -489,6 +548,8 @@ func (h *Host) dbiWrite(off, v uint32) {
 	case 0x82C:
 		h.msiMask = v
 	case 0x830:
+		// Silicon: write 1 to clear (Linux dw_handle_msi_irq writes
+		// BIT(pos) it read as set). QEMU 7.2: status ^= val.
 		if v&^h.msiSta != 0 {
 			h.violate("MSI status write %#x sets bits that are not pending (%#x): QEMU's designware.c XORs status, setting them", v, h.msiSta)
 		}
@@ -499,6 +560,9 @@ func (h *Host) dbiWrite(off, v uint32) {
 		vp.cr1 = v
 	case 0x908:
 		vp.cr2 = v
+		if v&(1<<31) != 0 {
+			h.checkRegion(vp)
+		}
 		h.active[h.vpIndex%uint32(len(h.vp))] = *vp
 	case 0x90C:
 		vp.lba = v
@@ -509,6 +573,7 @@ func (h *Host) dbiWrite(off, v uint32) {
 	case 0x918:
 		vp.lta = v
 	case 0x91C:
+		// QEMU 7.2 designware.c: viewport->target |= val (unshifted).
 		if v != 0 {
 			h.violate("iATU upper target %#x: QEMU's designware.c ORs it, unshifted, into the lower target", v)
 		}
@@ -519,6 +584,19 @@ func (h *Host) dbiWrite(off, v uint32) {
 			return
 		}
 		h.pl[off] = v
+	}
+}
+
+// checkRegion reports an enabled outbound region whose base or target is
+// not a multiple of the iATU's minimum region size: the silicon ignores
+// those low bits (they are not implemented), so the region would start
+// elsewhere than programmed and translate to the wrong bus address
+// (Linux pcie-designware.c dw_pcie_prog_outbound_atu refuses it).
+func (h *Host) checkRegion(vp *viewport) {
+	a := h.opts.RegionAlign - 1
+	if vp.lba&a != 0 || vp.lta&a != 0 {
+		h.violate("iATU region %d enabled with base %#x / target %#x not aligned to the %#x-byte minimum region (low bits not implemented: the window maps elsewhere)",
+			h.vpIndex, vp.lba, vp.lta, h.opts.RegionAlign)
 	}
 }
 
@@ -548,7 +626,7 @@ func (h *Host) cpu(a uint64, v uint32, write bool) uint32 {
 			continue
 		}
 		base := uint64(vp.uba)<<32 | uint64(vp.lba)
-		limit := base&^0xFFFF_FFFF | uint64(vp.la)
+		limit := base&^0xFFFF_FFFF | uint64(vp.la|(h.opts.RegionAlign-1))
 		if a < base || a > limit {
 			continue
 		}
@@ -617,6 +695,8 @@ func (h *Host) cfgTLP(typ, target uint32, off int, v uint32, write bool) uint32 
 		f = br.children[dev][fn]
 	}
 	if f == nil || f.gone {
+		// Linux pci-imx6.c hooks imx6q_pcie_abort_handler for the
+		// imprecise external abort a UR completion raises on i.MX6.
 		if h.soc.AbortsOnUR {
 			h.violate("configuration access to missing %02x:%02x.%d: Unsupported Request, an imprecise external abort on %s", bus, dev, fn, h.soc.Name)
 		}
@@ -705,6 +785,16 @@ func (h *Host) msiMatches(a uint64) bool {
 	return h.isMSI(a, 4)
 }
 
+// msiWrite catches an MSI: data n sets bit n%32 of the status of group
+// n/32 (Linux pcie-designware-host.c dw_handle_msi_irq walks
+// PCIE_MSI_INTR0_STATUS + group*12 for num_vectors/32 groups). The model,
+// like QEMU 7.2's designware.c (status |= BIT(val) & enable, one 32-bit
+// group), has group 0 only: data of 32 or more is an interrupt the driver
+// never sees, so it is reported instead of being folded into group 0.
 func (h *Host) msiWrite(data uint32) {
-	h.msiSta |= (1 << (data & 31)) & h.msiEnable
+	if data >= 32 {
+		h.violate("MSI data %#x selects vector %d of group %d; only group 0 (PL_MSI_CTRL_INT0_*) is modelled and enabled: the interrupt is lost", data, data%32, data/32)
+		return
+	}
+	h.msiSta |= (1 << data) & h.msiEnable
 }
