@@ -203,3 +203,86 @@ func TestPartitionedTransfer(t *testing.T) {
 		t.Errorf("%d staging buffers still held after the transfers", st.Staging)
 	}
 }
+
+// runHostile makes every call of the hostile table through dev and fails t
+// on a status other than the one the table wants; it returns the calls
+// made by status.
+func runHostile(t *testing.T, dev *netcall.Device) map[netcall.Status]int {
+	t.Helper()
+	by := map[netcall.Status]int{}
+	for _, c := range netcall.HostileCalls() {
+		if c.Prepare != nil {
+			c.Prepare(dev.Region())
+		}
+		st, v := dev.Call(c.Op, c.R1, c.R2, c.R3)
+		if st != c.Want {
+			t.Errorf("%s: status %v (value %d), want %v", c.Name, st, v, c.Want)
+		}
+		by[c.Want]++
+	}
+	return by
+}
+
+// TestHostileCalls makes every malformed call of the table (offsets and
+// lengths past the region, wrapping 32 bits, counts past the limits,
+// fields with no meaning, a header the driver cannot parse): each is
+// refused with its own status and counted, nothing outside the region is
+// touched, no staging buffer is kept, and the partition then still moves
+// data both ways, also while the hostile calls go on beside the traffic.
+func TestHostileCalls(t *testing.T) {
+	a, b, chk := pair(t)
+	by := runHostile(t, a.dev)
+	a.sec.checkGuards(t)
+	st := a.sec.srv.Stats()
+	for s, n := range by {
+		if got := st.Refused[s.String()]; got != uint64(n) {
+			t.Errorf("Refused[%v] = %d, want %d", s, got, n)
+		}
+	}
+	if st.Staging != 0 || st.TxFrames != 0 || st.TxGSOPackets != 0 {
+		t.Errorf("hostile calls left staging buffers or sent something: %+v", st)
+	}
+	t.Logf("%d hostile calls refused: %v; last: %s", len(netcall.HostileCalls()), st.Refused, st.LastRefusal)
+
+	// Still serving, with hostile calls going on beside the traffic.
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		rounds := 0
+		for {
+			select {
+			case <-stop:
+				done <- rounds
+				return
+			default:
+			}
+			runHostile(t, a.dev)
+			rounds++
+		}
+	}()
+	for i, v6 := range []bool{false, true} {
+		if err := stacktest.Transfer(t, a.Host, b.Host, v6, uint16(7000+2*i), mib, stacktest.Xfer{}); err != nil {
+			t.Fatalf("partitioned->plain after hostile calls: %v\n%s", err, a.Diag())
+		}
+		if err := stacktest.Transfer(t, b.Host, a.Host, v6, uint16(7001+2*i), mib, stacktest.Xfer{}); err != nil {
+			t.Fatalf("plain->partitioned after hostile calls: %v\n%s", err, a.Diag())
+		}
+	}
+	close(stop)
+	rounds := <-done
+	chk.Check(t, 1518, true)
+	a.sec.checkGuards(t)
+	a.sec.rig.NIC.Reclaim()
+	st = a.sec.srv.Stats()
+	total := uint64(0)
+	for _, n := range st.Refused {
+		total += n
+	}
+	if want := uint64(len(netcall.HostileCalls()) * (rounds + 1)); total != want {
+		t.Errorf("%d refusals counted, %d hostile calls made", total, want)
+	}
+	if st.Staging != 0 {
+		t.Errorf("%d staging buffers held after the traffic", st.Staging)
+	}
+	t.Logf("%d rounds of hostile calls beside the traffic", rounds)
+}
