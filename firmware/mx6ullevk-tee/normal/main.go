@@ -1,0 +1,192 @@
+//go:build tamago && arm
+
+// Command normal is the Normal World OS of the TrustZone-partitioned
+// tamanic firmware (firmware/mx6ullevk-tee loads and runs it): gVisor and
+// the services of package app on a netcall.Device, whose every transmit
+// (one frame or one GSO packet) and receive batch is a world call (SMC)
+// into the Trusted OS, which owns ENET1. It prints "READY ip=... mac=...
+// mode=... world=normal" on the console when serving.
+//
+// Built with -ldflags "-X main.Hostile=1" it also makes every malformed
+// call of netcall.HostileCalls before READY and then every 100 ms while it
+// serves, and reports in /stats (nic.hostile) how many the Trusted OS
+// answered otherwise than the table wants (none, or it is broken).
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/usbarmory/tamago/arm"
+	_ "github.com/usbarmory/tamago/board/nxp/mx6ullevk" // console (UART1), SoC set-up
+	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
+
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/netstack"
+	"github.com/tamanic/tamanic/tee/netcall"
+	"github.com/tamanic/tamanic/tee/smc"
+	"github.com/tamanic/tamanic/tee/teemap"
+)
+
+//go:linkname ramSize runtime/goos.RamSize
+var ramSize uint32 = teemap.NormalRAMSize
+
+// Hostile, when set (-X main.Hostile=1), runs the hostile-call table.
+var Hostile string
+
+// PollInterval is the receive poll period: nothing interrupts the Normal
+// World when frames arrive, so the endpoint asks (one OpReceive call per
+// tick when idle).
+const PollInterval = 500 * time.Microsecond
+
+func main() {
+	boot := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Printf("PANIC %v\n%s", r, debug.Stack())
+			os.Exit(1)
+		}
+	}()
+	fmt.Printf("normal: Normal World OS, non-secure=%v\n", imx6ul.ARM.NonSecure())
+	// The transfer region lies outside the runtime's RAM, which TamaGo maps
+	// strongly ordered; the Trusted OS maps it normal cacheable memory
+	// (monitor.Load), and both views must agree for the caches to.
+	imx6ul.ARM.ConfigureMMU(teemap.TransferStart, teemap.TransferStart+1<<20, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+	var start uintptr = teemap.TransferStart
+	region := unsafe.Slice((*byte)(unsafe.Add(nil, start)), netcall.RegionSize)
+	dev, err := netcall.NewDevice(smc.Caller{}, region)
+	if err != nil {
+		panic(err)
+	}
+	netcfg, err := app.BuildNetConfig()
+	if err != nil {
+		panic(err)
+	}
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true,
+		PollInterval: PollInterval, Clock: imx6ul.ARM.GetTime})
+	if err != nil {
+		panic(err)
+	}
+	mac := dev.Info().MAC
+	network, err := app.StartNetwork(ep, mac, netcfg, os.Stdout)
+	if err != nil {
+		panic(err)
+	}
+	ctl := &controls{ep: ep, dev: dev}
+	if Hostile != "" {
+		ctl.hostile = &hostile{}
+		ctl.hostile.round(dev)
+		h := ctl.hostile.snapshot()
+		fmt.Printf("HOSTILE calls=%d unexpected=%d\n", h.Calls, h.Unexpected)
+		go func() {
+			for {
+				time.Sleep(100 * time.Millisecond)
+				ctl.hostile.round(dev)
+			}
+		}()
+	}
+	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
+	if err := srv.Start(); err != nil {
+		panic(err)
+	}
+	tx, cb := ctl.Mode()
+	fmt.Printf("READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d world=normal\n",
+		network.Addr(), mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], tx, cb, time.Since(boot).Nanoseconds())
+	select {}
+}
+
+// controls are app.Controls for the partition: TX mode is the endpoint's
+// (tso: host GSO handed to the Trusted OS, one call per packet; sg: one
+// call per frame); the driver's own settings stay the Trusted OS's.
+type controls struct {
+	ep      *netstack.Endpoint
+	dev     *netcall.Device
+	hostile *hostile
+}
+
+func (c *controls) SetMode(tx string, copybreak *int) error {
+	if copybreak != nil && *copybreak != fec.DefaultCopybreak {
+		return errors.New("normal: the RX copybreak is the Trusted OS's")
+	}
+	switch tx {
+	case "tso":
+		c.ep.SetTSO(true)
+	case "sg":
+		c.ep.SetTSO(false)
+	default:
+		return fmt.Errorf("normal: TX mode %q: the partition has tso and sg", tx)
+	}
+	return nil
+}
+
+func (c *controls) Mode() (string, int) {
+	if c.ep.TSO() {
+		return "tso", fec.DefaultCopybreak
+	}
+	return "sg", fec.DefaultCopybreak
+}
+
+// Stats returns the endpoint's, the device's (world calls) and the Trusted
+// OS's counters (its server and its driver), and the hostile calls'.
+func (c *controls) Stats() any {
+	m := map[string]any{"endpoint": c.ep.Stats(), "device": c.dev.Stats()}
+	if j, err := c.dev.SecureStats(); err == nil {
+		m["secure"] = json.RawMessage(j)
+	} else {
+		m["secure_error"] = err.Error()
+	}
+	if c.hostile != nil {
+		m["hostile"] = c.hostile.snapshot()
+	}
+	return m
+}
+
+// IdleNanoseconds is 0: the Normal World has no idle governor (it polls).
+func (c *controls) IdleNanoseconds() int64 { return 0 }
+
+// hostile counts the hostile-call rounds.
+type hostile struct {
+	mu sync.Mutex
+	s  HostileStats
+}
+
+// HostileStats are the hostile calls made and how many were answered
+// otherwise than the table wants.
+type HostileStats struct {
+	Rounds, Calls, Unexpected uint64
+	First                     string `json:",omitempty"`
+}
+
+func (h *hostile) round(dev *netcall.Device) {
+	for _, c := range netcall.HostileCalls() {
+		if c.Prepare != nil {
+			c.Prepare(dev.Region())
+		}
+		st, _ := dev.Call(c.Op, c.R1, c.R2, c.R3)
+		h.mu.Lock()
+		h.s.Calls++
+		if st != c.Want {
+			h.s.Unexpected++
+			if h.s.First == "" {
+				h.s.First = fmt.Sprintf("%s: %v, want %v", c.Name, st, c.Want)
+			}
+		}
+		h.mu.Unlock()
+	}
+	h.mu.Lock()
+	h.s.Rounds++
+	h.mu.Unlock()
+}
+
+func (h *hostile) snapshot() HostileStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.s
+}
