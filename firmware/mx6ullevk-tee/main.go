@@ -73,6 +73,14 @@ func main() {
 		halt(err)
 	}
 	ctx.Handler = func(ctx *monitor.ExecCtx) error { return handle(ctx, srv) }
+	// IRQs are the Secure World's: the Trusted OS's Go code runs in
+	// monitor mode with them masked once the Normal World has made its
+	// first call (GoTEE returns there), and unmasks them only while it
+	// waits for the NIC (OpWait). They must be masked again before each
+	// world switch: GoTEE's Exec runs in monitor mode with the monitor's
+	// vector table installed, where an IRQ would be taken for an exception
+	// of the Normal World. Schedule calls MMU just before Exec.
+	ctx.MMU = func() { imx6ul.ARM.DisableInterrupts(false) }
 	fmt.Printf("tee: starting the Normal World at %#x\n", ctx.R15)
 	err = ctx.Run()
 	fmt.Printf("tee: the Normal World stopped: %v\n%s\n", err, ctx)
@@ -96,6 +104,12 @@ func handle(ctx *monitor.ExecCtx, srv *netcall.Server) error {
 		fmt.Printf("%c", byte(ctx.R1))
 	case sysExit:
 		ctx.Stop()
+	case uint32(netcall.OpWait):
+		// The NIC's interrupt ends the wait: let it in.
+		imx6ul.ARM.EnableInterrupts(false)
+		st, v := srv.Handle(ctx.R0, ctx.R1, ctx.R2, ctx.R3)
+		imx6ul.ARM.DisableInterrupts(false)
+		ctx.R0, ctx.R1 = uint32(st), v
 	default:
 		st, v := srv.Handle(ctx.R0, ctx.R1, ctx.R2, ctx.R3)
 		ctx.R0, ctx.R1 = uint32(st), v

@@ -24,8 +24,9 @@ const guard = 4096
 const poison = 0xA5
 
 // secure is the Secure World of a test: the ENET driver on its model,
-// polled (the Trusted OS services the NIC in its world-call handler), and
-// the server on a transfer region inside poisoned guards.
+// interrupt-driven as in the Trusted OS (whose handler also polls it on
+// every receive call), and the server on a transfer region inside poisoned
+// guards.
 type secure struct {
 	rig    *fectest.Rig
 	srv    *netcall.Server
@@ -41,8 +42,10 @@ func newSecure(t testing.TB, mac byte) *secure {
 	mem := dmatest.New(t, dmatest.Options{CachedSize: 64 << 20})
 	s.rig = fectest.NewRig(t, fectest.RigOptions{Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, mac}, NoDone: true, Config: func(c *fec.Config) {
 		c.TxRing, c.RxRing = 512, 512
+		c.Interrupts = true
 		c.OnTxDone = func(cookie any, err error) { s.srv.TxDone(cookie, err) }
 	}})
+	t.Cleanup(stacktest.Serve(s.rig.Model.IRQ(), func() { s.rig.NIC.Interrupt() }))
 	var err error
 	if s.srv, err = netcall.NewServer(netcall.ServerConfig{NIC: s.rig.NIC, Region: s.region}); err != nil {
 		t.Fatal(err)
@@ -285,4 +288,38 @@ func TestHostileCalls(t *testing.T) {
 		t.Errorf("%d staging buffers held after the traffic", st.Staging)
 	}
 	t.Logf("%d rounds of hostile calls beside the traffic", rounds)
+}
+
+// TestWait: OpWait (the Normal World's idle) returns 0 when nothing
+// arrives, and 1 once a frame arrives (the NIC's interrupt), after which a
+// receive call returns that frame; an empty receive leaves no stale signal
+// that would end the next wait at once.
+func TestWait(t *testing.T) {
+	sec := newSecure(t, 1)
+	d := netcall.Direct{S: sec.srv}
+	if st, k := d.Call(netcall.OpReceive, 0, 64<<10, 8); st != netcall.StatusOK || k != 0 {
+		t.Fatalf("receive on an idle NIC: %v, %d frames", st, k)
+	}
+	for _, us := range []uint32{0, 2000} {
+		if st, v := d.Call(netcall.OpWait, us, 0, 0); st != netcall.StatusOK || v != 0 {
+			t.Fatalf("wait %d us with nothing arriving: %v %d", us, st, v)
+		}
+	}
+	f := append([]byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 9, 0x88, 0xb5}, bytes.Repeat([]byte{0x5a}, 100)...)
+	go func() {
+		time.Sleep(time.Millisecond)
+		sec.rig.Model.Deliver(f, 0)
+	}()
+	if st, v := d.Call(netcall.OpWait, netcall.MaxWaitMicros, 0, 0); st != netcall.StatusOK || v != 1 {
+		t.Fatalf("wait with a frame arriving: %v %d", st, v)
+	}
+	if st, k := d.Call(netcall.OpReceive, 0, 64<<10, 8); st != netcall.StatusOK || k != 1 {
+		t.Fatalf("receive after the wait: %v, %d frames", st, k)
+	}
+	if n := int(sec.region[0]) | int(sec.region[1])<<8; !bytes.Equal(sec.region[4:4+n], f) {
+		t.Fatalf("received % x, sent % x", sec.region[4:4+n], f)
+	}
+	if st := sec.srv.Stats(); st.WaitCalls != 3 || st.WaitWoken != 1 {
+		t.Errorf("wait counters %+v", st)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/tso"
@@ -72,7 +73,7 @@ type Device struct {
 }
 
 type deviceCounters struct {
-	calls, txCalls, rxCalls, rxFrames, full, refused, badRecords atomic.Uint64
+	calls, txCalls, rxCalls, rxFrames, full, refused, badRecords, waits, woken atomic.Uint64
 }
 
 // DeviceStats are the Normal World's counters.
@@ -85,6 +86,9 @@ type DeviceStats struct {
 	// StatusFull; Refused the calls refused; BadRecords receive answers
 	// that did not parse (a Secure World fault, never expected).
 	RxFrames, Full, Refused, BadRecords uint64
+	// Waits counts OpWait calls (the idle governor's), Woken those a
+	// received frame ended.
+	Waits, Woken uint64
 }
 
 // NewDevice asks the Secure World for the NIC's description through c and
@@ -120,7 +124,8 @@ func (d *Device) call(op Op, r1, r2, r3 uint32) (Status, uint32) {
 func (d *Device) Stats() DeviceStats {
 	s := &d.stats
 	return DeviceStats{Calls: s.calls.Load(), TxCalls: s.txCalls.Load(), RxCalls: s.rxCalls.Load(),
-		RxFrames: s.rxFrames.Load(), Full: s.full.Load(), Refused: s.refused.Load(), BadRecords: s.badRecords.Load()}
+		RxFrames: s.rxFrames.Load(), Full: s.full.Load(), Refused: s.refused.Load(), BadRecords: s.badRecords.Load(),
+		Waits: s.waits.Load(), Woken: s.woken.Load()}
 }
 
 // SecureStats returns the Secure World's counters as JSON (OpStats).
@@ -296,6 +301,26 @@ func (d *Device) parse(k uint32) error {
 	}
 	d.stats.rxFrames.Add(uint64(k))
 	return nil
+}
+
+// Wait is the Normal World's idle: it hands the core to the Secure World
+// for up to d (clamped to MaxWaitMicros), which returns early when frames
+// arrive, and reports whether they did (the caller then Kicks, from a
+// context that may). It does not allocate: it runs in the runtime's idle
+// hook.
+func (d *Device) Wait(dt time.Duration) bool {
+	us := min(max(dt/time.Microsecond, 0), MaxWaitMicros)
+	d.stats.calls.Add(1)
+	d.stats.waits.Add(1)
+	st, v := d.c.Call(OpWait, uint32(us), 0, 0)
+	if st != StatusOK {
+		d.stats.refused.Add(1)
+		return false
+	}
+	if v != 0 {
+		d.stats.woken.Add(1)
+	}
+	return v != 0
 }
 
 // Kick signals RxReady.

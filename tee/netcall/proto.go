@@ -26,6 +26,11 @@
 //   - OpInfo(off, len, 0): the device's description (InfoSize bytes).
 //   - OpStats(off, len, 0): the Secure World's counters as JSON; r1 is the
 //     length.
+//   - OpWait(us, 0, 0): the Normal World has nothing to do for up to us
+//     microseconds (at most MaxWaitMicros): the Secure World waits for a
+//     received frame (r1 = 1) or the time (r1 = 0), idle meanwhile. It is
+//     the Normal World's idle governor: the core sleeps in the Secure
+//     World, which the NIC's interrupt wakes.
 //
 // # Validation
 //
@@ -53,6 +58,7 @@ const (
 	OpTransmit Op = 0x544e0002
 	OpReceive  Op = 0x544e0003
 	OpStats    Op = 0x544e0004
+	OpWait     Op = 0x544e0005
 )
 
 func (o Op) String() string {
@@ -65,6 +71,8 @@ func (o Op) String() string {
 		return "receive"
 	case OpStats:
 		return "stats"
+	case OpWait:
+		return "wait"
 	}
 	return fmt.Sprintf("op%#x", uint32(o))
 }
@@ -127,6 +135,8 @@ const (
 	// RxRecordHeader is the size of a received frame's record header:
 	// length (uint16) and verdict flags (uint16).
 	RxRecordHeader = 4
+	// MaxWaitMicros bounds OpWait.
+	MaxWaitMicros = 100_000
 	// InfoSize is the length of OpInfo's answer.
 	InfoSize = 24
 	// TxDescHeader is the fixed part of a TX descriptor; each extent adds

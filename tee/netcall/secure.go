@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/tso"
@@ -53,10 +54,11 @@ type Server struct {
 
 // ServerStats are the Secure World's counters.
 type ServerStats struct {
-	// Calls counts every call handled; Info, Tx, Rx and StatsCalls count
-	// them by operation (a call with an unknown operation counts in
-	// Calls and in Refused["bad-op"] only).
-	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls uint64
+	// Calls counts every call handled; Info, Tx, Rx, Stats and WaitCalls
+	// count them by operation (a call with an unknown operation counts in
+	// Calls and in Refused["bad-op"] only); WaitWoken counts the waits a
+	// received frame ended.
+	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken uint64
 	// Refused counts refused calls by status name (Full is not a
 	// refusal: it is counted in TxFull).
 	Refused map[string]uint64 `json:",omitempty"`
@@ -144,10 +146,13 @@ func (s *Server) statsLocked() ServerStats {
 // Handle serves one world call: r0 the operation, r1-r3 its arguments. It
 // returns the status (r0) and the value (r1).
 func (s *Server) Handle(r0, r1, r2, r3 uint32) (Status, uint32) {
+	op := Op(r0)
+	if op == OpWait && r1 <= MaxWaitMicros && r2 == 0 && r3 == 0 {
+		return s.wait(r1) // without the lock: other calls go on meanwhile
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Calls++
-	op := Op(r0)
 	var st Status
 	var v uint32
 	var why string
@@ -164,6 +169,9 @@ func (s *Server) Handle(r0, r1, r2, r3 uint32) (Status, uint32) {
 	case OpStats:
 		s.stats.StatsCalls++
 		v, st, why = s.statsCall(r1, r2)
+	case OpWait:
+		s.stats.WaitCalls++
+		st, why = StatusBadField, "wait beyond MaxWaitMicros or r2, r3 set"
 	default:
 		st, why = StatusBadOp, "unknown operation"
 	}
@@ -339,6 +347,12 @@ func (s *Server) receive(off, n, max uint32) (uint32, Status, string) {
 		p, err := s.nic.Receive()
 		if p == nil {
 			if err == nil {
+				// The ring is empty: a pending RX signal is stale (every
+				// poll gives one) and would end the next OpWait at once.
+				select {
+				case <-s.nic.RxReady():
+				default:
+				}
 				break
 			}
 			if errors.Is(err, fec.ErrClosed) {
@@ -377,6 +391,39 @@ func (s *Server) receive(off, n, max uint32) (uint32, Status, string) {
 		s.stats.RxBytes += uint64(l)
 	}
 	return k, StatusOK, ""
+}
+
+// wait waits up to us microseconds for the NIC to signal received frames
+// (its interrupt, or a poll); it reports 1 when one did.
+func (s *Server) wait(us uint32) (Status, uint32) {
+	woken := func() (Status, uint32) {
+		s.mu.Lock()
+		s.stats.Calls++
+		s.stats.WaitCalls++
+		s.stats.WaitWoken++
+		s.mu.Unlock()
+		return StatusOK, 1
+	}
+	rx := s.nic.RxReady()
+	select {
+	case <-rx:
+		return woken()
+	default:
+	}
+	if us > 0 {
+		t := time.NewTimer(time.Duration(us) * time.Microsecond)
+		defer t.Stop()
+		select {
+		case <-rx:
+			return woken()
+		case <-t.C:
+		}
+	}
+	s.mu.Lock()
+	s.stats.Calls++
+	s.stats.WaitCalls++
+	s.mu.Unlock()
+	return StatusOK, 0
 }
 
 // statsCall writes the counters as JSON into the n bytes at off.
