@@ -28,6 +28,7 @@ import (
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/board/mx6ullevk"
+	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/tee/netcall"
 	"github.com/tamanic/tamanic/tee/teemap"
@@ -57,7 +58,9 @@ func main() {
 		halt(fmt.Errorf("no Normal World image (build with make firmware BOARD=mx6ullevk TEE=1): %w", err))
 	}
 	var srv *netcall.Server
-	n, err := mx6ullevk.ENET1(fec.Config{OnTxDone: func(c any, err error) { srv.TxDone(c, err) }})
+	// Scatter-gather: the staging buffers are mapped in place (fec.Config's
+	// zero Strategy is bounce.Bounce, a copy of every frame).
+	n, err := mx6ullevk.ENET1(fec.Config{Strategy: bounce.SG, OnTxDone: func(c any, err error) { srv.TxDone(c, err) }})
 	if err != nil {
 		halt(err)
 	}

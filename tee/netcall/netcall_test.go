@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
@@ -42,6 +43,7 @@ func newSecure(t testing.TB, mac byte) *secure {
 	mem := dmatest.New(t, dmatest.Options{CachedSize: 64 << 20})
 	s.rig = fectest.NewRig(t, fectest.RigOptions{Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, mac}, NoDone: true, Config: func(c *fec.Config) {
 		c.TxRing, c.RxRing = 512, 512
+		c.Strategy = bounce.SG // as the Trusted OS runs it
 		c.Interrupts = true
 		c.OnTxDone = func(cookie any, err error) { s.srv.TxDone(cookie, err) }
 	}})
