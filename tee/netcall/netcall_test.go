@@ -15,6 +15,7 @@ import (
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/netstack/fecdev"
 	"github.com/tamanic/tamanic/tee/netcall"
+	"github.com/tamanic/tamanic/tso"
 )
 
 // guard is the size of the poisoned memory on each side of a test's
@@ -35,7 +36,11 @@ type secure struct {
 	region []byte
 }
 
-func newSecure(t testing.TB, mac byte) *secure {
+func newSecure(t testing.TB, mac byte) *secure { return newSecureWith(t, mac, netcall.ServerConfig{}) }
+
+// newSecureWith is newSecure with the server's configuration (its NIC and
+// region are filled in).
+func newSecureWith(t testing.TB, mac byte, cfg netcall.ServerConfig) *secure {
 	t.Helper()
 	s := &secure{mem: bytes.Repeat([]byte{poison}, guard+netcall.RegionSize+guard)}
 	s.region = s.mem[guard : guard+netcall.RegionSize : guard+netcall.RegionSize]
@@ -49,7 +54,8 @@ func newSecure(t testing.TB, mac byte) *secure {
 	}})
 	t.Cleanup(stacktest.Serve(s.rig.Model.IRQ(), func() { s.rig.NIC.Interrupt() }))
 	var err error
-	if s.srv, err = netcall.NewServer(netcall.ServerConfig{NIC: s.rig.NIC, Region: s.region}); err != nil {
+	cfg.NIC, cfg.Region = s.rig.NIC, s.region
+	if s.srv, err = netcall.NewServer(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -324,4 +330,111 @@ func TestWait(t *testing.T) {
 	if st := sec.srv.Stats(); st.WaitCalls != 3 || st.WaitWoken != 1 {
 		t.Errorf("wait counters %+v", st)
 	}
+}
+
+// TestFullAndRecovery: when the Secure World's staging buffers are all
+// held by a stalled TX path, a transmit is answered StatusFull, which the
+// device reports as "not now" (Full), nothing is lost or leaked, and once
+// the hardware moves again the same call succeeds.
+func TestFullAndRecovery(t *testing.T) {
+	sec := newSecureWith(t, 1, netcall.ServerConfig{LargeSlots: 2})
+	sec.rig.Model.SetPeer(func([]byte) {})
+	dev, err := netcall.NewDevice(netcall.Direct{S: sec.srv}, sec.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []any
+	dev.SetTxDone(func(c any, err error) {
+		if err != nil {
+			t.Errorf("completion %v: %v", c, err)
+		}
+		done = append(done, c)
+	})
+	hdr, payload := tcpHeader(3000), bytes.Repeat([]byte{7}, 3000)
+	o := tso.Options{Type: tso.TCP, MSS: 1000, CsumOffset: 16}
+	sec.rig.Model.SetFaults(fectest.Faults{TxStalled: true})
+	for i := range 2 {
+		if err := dev.TransmitGSO(hdr, [][]byte{payload}, o, i); err != nil {
+			t.Fatalf("GSO packet %d: %v", i, err)
+		}
+	}
+	err = dev.TransmitGSO(hdr, [][]byte{payload}, o, 2)
+	if err == nil || !dev.Full(err) {
+		t.Fatalf("third GSO packet with both staging buffers held: %v, want a Full error", err)
+	}
+	if st := sec.srv.Stats(); st.TxFull != 1 || st.Staging != 2 || len(st.Refused) != 0 {
+		t.Fatalf("server after Full: %+v", st)
+	}
+	if len(done) != 2 {
+		t.Fatalf("%d completions for the 2 packets handed over", len(done))
+	}
+	// Let the hardware run again (the uDMA resumes the ring); the held
+	// packets complete and free their buffers at the next reclaim.
+	sec.rig.Model.SetFaults(fectest.Faults{})
+	sec.rig.Model.Write32(fec.ENETx_TDAR, fec.DAR_ACTIVE)
+	if err := dev.TransmitGSO(hdr, [][]byte{payload}, o, 2); err != nil {
+		t.Fatalf("the refused packet again, TX moving: %v", err)
+	}
+	if err := dev.Transmit([][]byte{tcpHeader(0)}, false, 3); err != nil {
+		t.Fatal(err)
+	}
+	sec.rig.NIC.Reclaim()
+	if st := sec.srv.Stats(); st.Staging != 0 || st.TxGSOPackets != 3 || st.TxFrames != 1 || st.TxComplete != 4 {
+		t.Errorf("server after recovery: %+v", st)
+	}
+	if f := sec.rig.NIC.Stats().Tx.GSOSegments; f != 9 {
+		t.Errorf("%d GSO segments sent, want 9", f)
+	}
+}
+
+// FuzzDeviceReceive hands the Normal World's device arbitrary receive
+// answers (a faulty Secure World): Receive returns frames or an error,
+// never panics, and never returns a frame longer than the device's
+// maximum.
+func FuzzDeviceReceive(f *testing.F) {
+	rec := func(n int) []byte {
+		b := make([]byte, 4+(n+3)&^3)
+		b[0], b[1] = byte(n), byte(n>>8)
+		return b
+	}
+	f.Add(uint32(1), rec(60))
+	f.Add(uint32(2), append(rec(1514), rec(60)...))
+	f.Add(uint32(3), rec(60))
+	f.Add(uint32(64), []byte{0xff, 0xff})
+	f.Fuzz(func(t *testing.T, count uint32, area []byte) {
+		region := make([]byte, netcall.RegionSize)
+		c := fakeSecure(func(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32) {
+			switch op {
+			case netcall.OpInfo:
+				copy(region[r1:], []byte{2, 0, 0, 0, 0, 1, 3, 0, 0xea, 0x05, 2, 0, 16, 0, 100, 0})
+			case netcall.OpReceive:
+				copy(region[r1:r1+r2], area)
+				return netcall.StatusOK, count
+			}
+			return netcall.StatusOK, 0
+		})
+		dev, err := netcall.NewDevice(c, region)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 70 {
+			fr, err := dev.Receive()
+			if err != nil || fr == nil {
+				return
+			}
+			if len(fr.Bytes()) > 1514 {
+				t.Fatalf("a %d-byte frame", len(fr.Bytes()))
+			}
+			if err := fr.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// fakeSecure is a Caller standing in for the Secure World.
+type fakeSecure func(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32)
+
+func (f fakeSecure) Call(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32) {
+	return f(op, r1, r2, r3)
 }
