@@ -438,3 +438,26 @@ type fakeSecure func(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32)
 func (f fakeSecure) Call(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32) {
 	return f(op, r1, r2, r3)
 }
+
+// TestMode: OpMode switches the driver's TX placement.
+func TestMode(t *testing.T) {
+	sec := newSecure(t, 1)
+	dev, err := netcall.NewDevice(netcall.Direct{S: sec.srv}, sec.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		m    uint32
+		want bounce.Strategy
+	}{{netcall.ModeBounce, bounce.Bounce}, {netcall.ModeSG, bounce.SG}} {
+		if err := dev.SetStrategy(c.m); err != nil {
+			t.Fatal(err)
+		}
+		if got := sec.rig.NIC.Strategy(); got != c.want {
+			t.Errorf("mode %d: driver strategy %v", c.m, got)
+		}
+	}
+	if err := dev.SetStrategy(7); err == nil {
+		t.Error("strategy 7 accepted")
+	}
+}

@@ -323,6 +323,15 @@ func (d *Device) Wait(dt time.Duration) bool {
 	return v != 0
 }
 
+// SetStrategy sets the Secure World driver's TX placement (ModeBounce or
+// ModeSG).
+func (d *Device) SetStrategy(m uint32) error {
+	if st, _ := d.call(OpMode, m, 0, 0); st != StatusOK {
+		return fmt.Errorf("netcall: mode: %w", st)
+	}
+	return nil
+}
+
 // Kick signals RxReady.
 func (d *Device) Kick() {
 	select {

@@ -26,6 +26,9 @@
 //   - OpInfo(off, len, 0): the device's description (InfoSize bytes).
 //   - OpStats(off, len, 0): the Secure World's counters as JSON; r1 is the
 //     length.
+//   - OpMode(strategy, 0, 0): the driver's TX placement: 0 bounce (every
+//     frame copied into a driver buffer), 1 scatter-gather (the staging
+//     buffer mapped in place). Only performance changes.
 //   - OpWait(us, 0, 0): the Normal World has nothing to do for up to us
 //     microseconds (at most MaxWaitMicros): the Secure World waits for a
 //     received frame (r1 = 1) or the time (r1 = 0), idle meanwhile. It is
@@ -59,6 +62,7 @@ const (
 	OpReceive  Op = 0x544e0003
 	OpStats    Op = 0x544e0004
 	OpWait     Op = 0x544e0005
+	OpMode     Op = 0x544e0006
 )
 
 func (o Op) String() string {
@@ -73,6 +77,8 @@ func (o Op) String() string {
 		return "stats"
 	case OpWait:
 		return "wait"
+	case OpMode:
+		return "mode"
 	}
 	return fmt.Sprintf("op%#x", uint32(o))
 }
@@ -143,6 +149,12 @@ const (
 	// TxExtentSize.
 	TxDescHeader = 16
 	TxExtentSize = 8
+)
+
+// OpMode's strategies.
+const (
+	ModeBounce = 0
+	ModeSG     = 1
 )
 
 // Descriptor kinds.

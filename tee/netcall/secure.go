@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/tso"
 )
@@ -58,7 +59,7 @@ type ServerStats struct {
 	// count them by operation (a call with an unknown operation counts in
 	// Calls and in Refused["bad-op"] only); WaitWoken counts the waits a
 	// received frame ended.
-	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken uint64
+	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken, ModeCalls uint64
 	// Refused counts refused calls by status name (Full is not a
 	// refusal: it is counted in TxFull).
 	Refused map[string]uint64 `json:",omitempty"`
@@ -172,6 +173,9 @@ func (s *Server) Handle(r0, r1, r2, r3 uint32) (Status, uint32) {
 	case OpWait:
 		s.stats.WaitCalls++
 		st, why = StatusBadField, "wait beyond MaxWaitMicros or r2, r3 set"
+	case OpMode:
+		s.stats.ModeCalls++
+		st, why = s.mode(r1, r2, r3)
 	default:
 		st, why = StatusBadOp, "unknown operation"
 	}
@@ -391,6 +395,22 @@ func (s *Server) receive(off, n, max uint32) (uint32, Status, string) {
 		s.stats.RxBytes += uint64(l)
 	}
 	return k, StatusOK, ""
+}
+
+// mode sets the driver's TX placement strategy.
+func (s *Server) mode(m, r2, r3 uint32) (Status, string) {
+	if r2 != 0 || r3 != 0 {
+		return StatusBadField, "r2, r3 must be 0"
+	}
+	switch m {
+	case ModeBounce:
+		s.nic.SetStrategy(bounce.Bounce)
+	case ModeSG:
+		s.nic.SetStrategy(bounce.SG)
+	default:
+		return StatusBadField, "unknown strategy"
+	}
+	return StatusOK, ""
 }
 
 // wait waits up to us microseconds for the NIC to signal received frames

@@ -130,6 +130,9 @@ func main() {
 		panic(err)
 	}
 	ctl := &controls{ep: ep, dev: dev}
+	if err := ctl.SetMode("tso", nil); err != nil {
+		panic(err)
+	}
 	if Hostile != "" {
 		ctl.hostile = &hostile{}
 		ctl.hostile.round(dev)
@@ -152,35 +155,44 @@ func main() {
 	select {}
 }
 
-// controls are app.Controls for the partition: TX mode is the endpoint's
-// (tso: host GSO handed to the Trusted OS, one call per packet; sg: one
-// call per frame); the driver's own settings stay the Trusted OS's.
+// controls are app.Controls for the partition: tso hands the Secure
+// World host-GSO packets (one call each, segmented there); sg and bounce
+// hand it frames (one call each), which its driver maps in place or
+// copies. The RX copybreak stays the Trusted OS's.
 type controls struct {
 	ep      *netstack.Endpoint
 	dev     *netcall.Device
 	hostile *hostile
+	mu      sync.Mutex
+	mode    string
 }
 
 func (c *controls) SetMode(tx string, copybreak *int) error {
 	if copybreak != nil && *copybreak != fec.DefaultCopybreak {
 		return errors.New("normal: the RX copybreak is the Trusted OS's")
 	}
+	strategy := uint32(netcall.ModeSG)
 	switch tx {
-	case "tso":
-		c.ep.SetTSO(true)
-	case "sg":
-		c.ep.SetTSO(false)
+	case "tso", "sg":
+	case "bounce":
+		strategy = netcall.ModeBounce
 	default:
-		return fmt.Errorf("normal: TX mode %q: the partition has tso and sg", tx)
+		return fmt.Errorf("normal: TX mode %q: want bounce, sg or tso", tx)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.dev.SetStrategy(strategy); err != nil {
+		return err
+	}
+	c.ep.SetTSO(tx == "tso")
+	c.mode = tx
 	return nil
 }
 
 func (c *controls) Mode() (string, int) {
-	if c.ep.TSO() {
-		return "tso", fec.DefaultCopybreak
-	}
-	return "sg", fec.DefaultCopybreak
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mode, fec.DefaultCopybreak
 }
 
 // Stats returns the endpoint's, the device's (world calls) and the Trusted

@@ -95,7 +95,7 @@ func main() {
 	cmp := flag.String("compare", "", "write the boards' tables side by side to this file from the board=dir arguments' results.json, and exit")
 	withBaseline := flag.Bool("baseline", true, "also build and measure the baseline firmware (TamaGo's own ENET driver with usbarmory/go-net, module baseline/; mx6ullevk only)")
 	withTEE := flag.Bool("tee", true, "also build and measure the TrustZone-partitioned image (make firmware TEE=1; mx6ullevk only)")
-	teeOnly := flag.Bool("tee-only", false, "only measure the TrustZone-partitioned image and the unpartitioned one in sg and tso (tee-report.md)")
+	teeOnly := flag.Bool("tee-only", false, "only measure the TrustZone-partitioned image and the unpartitioned one in bounce, sg and tso (tee-report.md)")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if *cmp != "" {

@@ -15,13 +15,14 @@ import (
 // The TrustZone-partitioned image's rows (make firmware BOARD=mx6ullevk
 // TEE=1): the ENET driver in the Secure World, gVisor in the Normal World,
 // one world call per GSO packet or frame sent and per receive batch. Its
-// TX modes are the Normal World endpoint's: tee-sg (a call per frame) and
-// tee-tso (a call per GSO packet, segmented in the Secure World).
+// TX modes: tee-bounce and tee-sg (a call per frame, copied or mapped by
+// the Secure World's driver) and tee-tso (a call per GSO packet, segmented
+// in the Secure World).
 const teePrefix = "tee-"
 
 // teeTransfers is how many transfers runTEE makes per run count: plain and
-// icount boots, sg and tso, both directions.
-const teeTransfers = 2 * 2 * 2
+// icount boots, bounce, sg and tso, both directions.
+const teeTransfers = 2 * 3 * 2
 
 // runTEE builds and measures the partitioned image.
 func runTEE(ctx context.Context, root, out string, size int64, runs int) ([]Run, error) {
@@ -41,7 +42,7 @@ func runTEE(ctx context.Context, root, out string, size int64, runs int) ([]Run,
 			m.Stop()
 			return all, fmt.Errorf("tee: %w", err)
 		}
-		for _, mode := range []string{"sg", "tso"} {
+		for _, mode := range []string{"bounce", "sg", "tso"} {
 			if err := m.SetMode(mode, 512); err != nil {
 				m.Stop()
 				return all, fmt.Errorf("tee: %w", err)
@@ -157,10 +158,10 @@ func teeReport(w io.Writer, all []Run) {
 }
 
 // runTEEOnly (-tee-only) measures only the partitioned image and the
-// unpartitioned image in the same modes (sg and tso, copybreak 512), and
+// unpartitioned image in the same modes (copybreak 512), and
 // writes tee-report.md: the partition's figures without the whole bench.
 func runTEEOnly(ctx context.Context, root, out string, size int64, runs int) error {
-	prog.plan(2*teeTransfers*runs, size)
+	prog.plan(2*teeTransfers*runs, size) // the unpartitioned image's and the partition's
 	prog.note("building the firmware")
 	elf, err := qemu.Build(ctx, root, out, "mx6ullevk")
 	if err != nil {
@@ -177,7 +178,7 @@ func runTEEOnly(ctx context.Context, root, out string, size int64, runs int) err
 			m.Stop()
 			return err
 		}
-		for _, mode := range []string{"sg", "tso"} {
+		for _, mode := range []string{"bounce", "sg", "tso"} {
 			if err := m.SetMode(mode, 512); err != nil {
 				m.Stop()
 				return err
