@@ -62,15 +62,33 @@ DHCP          ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
   $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))
+## TEE=1 (BOARD=mx6ullevk only) builds the TrustZone-partitioned image instead: the Normal World OS
+## (firmware/mx6ullevk-tee/normal, HOSTILE=1 adds the hostile-call mode) embedded in the Trusted OS
+## (firmware/mx6ullevk-tee): build/tamanic-mx6ullevk-tee.elf, .bin and .imx (its DCD disables TZASC bypass).
+TEE     ?=
+HOSTILE ?=
 firmware:
 	@case "$(DHCP)" in ""|on|off) ;; *) echo "firmware: DHCP=$(DHCP): want on or off"; exit 1;; esac
 	@if [ "$(DHCP)" = off ] && [ -z "$(IP)" ]; then echo "firmware: DHCP=off needs IP=a.b.c.d/n"; exit 1; fi
 	@mkdir -p build
+ifeq ($(TEE),1)
+	@if [ "$(BOARD)" != mx6ullevk ]; then echo "firmware: TEE=1 is for BOARD=mx6ullevk"; exit 1; fi
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize,tamanic_tee -ldflags "$(FWLDFLAGS) $(if $(HOSTILE),-X main.Hostile=1)" \
+	  -o build/tamanic-mx6ullevk-tee-normal.elf ./firmware/mx6ullevk-tee/normal
+	cp build/tamanic-mx6ullevk-tee-normal.elf firmware/mx6ullevk-tee/assets/normal.elf
+	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000" \
+	  -o build/tamanic-mx6ullevk-tee.elf ./firmware/mx6ullevk-tee
+	@dcd=$(DCD); if [ -f $$dcd ]; then \
+	  { cat $$dcd; echo "DATA 4 0x020e4024 0x00000001 # IOMUXC_GPR_GPR9 TZASC1_BYP: TZASC on before DDR init"; } > build/tamanic-mx6ullevk-tee.dcd; \
+	  $(GO) run ./qemu/cmd/tamanic-image -dcd build/tamanic-mx6ullevk-tee.dcd -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; \
+	else $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; fi
+else
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
 	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi
+endif
 
 ## qemu: build the firmware and boot it interactively under QEMU (Ctrl-C stops it)
 qemu:

@@ -9,6 +9,7 @@ tool (
 
 require (
 	github.com/google/gopacket v1.1.19
+	github.com/usbarmory/GoTEE v0.0.0-20250811152814-d8456103e1fc
 	github.com/usbarmory/tamago v1.26.0
 	gonum.org/v1/plot v0.17.0
 	gvisor.dev/gvisor v0.0.0-20260518063529-209a0ce076a1

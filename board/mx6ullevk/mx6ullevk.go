@@ -72,9 +72,6 @@ func ksz8081AfterReset(p *fec.PHY) error {
 	return p.NIC.MDIOWrite(p.Addr, kszPHYCtrl2, kszCtrl2HPMDIX|kszCtrl2RMII50MHz|kszCtrl2LEDMode1)
 }
 
-//go:linkname ramSize runtime/goos.RamSize
-var ramSize uint32 = GoRAMSize
-
 var board *imx6ulboard.Board
 
 // Init initialises the SoC and console and installs the tickless idle

@@ -60,6 +60,9 @@ type Run struct {
 	// LSOPerMiB counts the ConnectX's LSO WQEs (each segmented by the
 	// card, which the guest does not see).
 	LSOPerMiB float64 `json:"lso_wqes_per_mib,omitempty"`
+	// WorldCallsPerMiB counts the TrustZone partition's world calls
+	// (tee.go).
+	WorldCallsPerMiB float64 `json:"world_calls_per_mib,omitempty"`
 }
 
 func num(m map[string]any, path ...string) float64 {
@@ -91,6 +94,8 @@ func main() {
 	flag.StringVar(&board, "board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d, sabrelite, usbarmory)")
 	cmp := flag.String("compare", "", "write the boards' tables side by side to this file from the board=dir arguments' results.json, and exit")
 	withBaseline := flag.Bool("baseline", true, "also build and measure the baseline firmware (TamaGo's own ENET driver with usbarmory/go-net, module baseline/; mx6ullevk only)")
+	withTEE := flag.Bool("tee", true, "also build and measure the TrustZone-partitioned image (make firmware TEE=1; mx6ullevk only)")
+	teeOnly := flag.Bool("tee-only", false, "only measure the TrustZone-partitioned image and the unpartitioned one in bounce, sg and tso (tee-report.md)")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if *cmp != "" {
@@ -114,7 +119,16 @@ func main() {
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
 	prog = newProgress(os.Stderr, board, *runs, time.Now)
+	if *teeOnly {
+		if err := runTEEOnly(ctx, root, *out, *size, *runs); err != nil {
+			fail(err)
+		}
+		return
+	}
 	planTransfers(prog, board, *runs, *size, *profSize, *profOnly, *withBaseline)
+	if *withTEE && board == "mx6ullevk" && !*profOnly {
+		prog.plan(teeTransfers**runs, *size)
+	}
 	prog.note("building the firmware")
 	elf, err := qemu.Build(ctx, root, *out, board)
 	if err != nil {
@@ -232,6 +246,18 @@ func main() {
 		all, ips, profs = append(all, br...), append(ips, bi...), append(profs, bp...)
 	}
 
+	if *withTEE && board == "mx6ullevk" {
+		// Its own time budget too; a failure is reported, not fatal.
+		tctx, tcancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer tcancel()
+		prog.note("building and measuring the TrustZone-partitioned image")
+		tr, err := runTEE(tctx, root, *out, *size, *runs)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tamanic-bench: TrustZone partition (its rows are missing from the report):", err)
+		}
+		all = append(all, tr...)
+	}
+
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
 	js, _ = json.MarshalIndent(ips, "", "  ")
@@ -239,6 +265,7 @@ func main() {
 	var rep strings.Builder
 	table(&rep, all)
 	baselineReport(&rep, all, ips)
+	teeReport(&rep, all)
 	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
 	stageTable(&rep, all)
 	if len(profs) > 0 {
