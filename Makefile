@@ -1,7 +1,7 @@
 # tamanic build and test entry points. `make test` is what CI runs.
 GO        ?= go
 PKGS      := ./...
-COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...
+COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
 .PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim soak campaign clean
@@ -35,17 +35,17 @@ unit:
 race:
 	$(GO) test -race -p 1 -count=1 $(PKGS)
 
-## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie, e1000e, connectx must reach 80%
+## cover: statement coverage of each package across all tests; fec, dma, bounce, tso, netstack, pcie, e1000e, connectx, tee must reach 80%
 cover:
 	@mkdir -p build
 	$(GO) test -p 1 -count=1 -coverpkg=$(COVERPKG) -coverprofile=build/cover.out $(PKGS) > build/cover-test.log 2>&1 \
 	  || { grep -v '^ok\|no test files' build/cover-test.log | tail -80; exit 1; }
-	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie e1000e connectx
+	python3 scripts/coverage.py build/cover.out 80 fec dma bounce tso netstack pcie e1000e connectx tee
 
 ## cross: the ARMv7 assembly and every hardware-independent package build and vet for 32-bit ARM;
 ## the packages without privileged instructions (checksum assembly included) also run under qemu-arm
 cross:
-	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/... ./e1000e/... ./connectx/...
+	GOOS=linux GOARCH=arm GOARM=7 $(GO) vet ./dma/... ./bounce/... ./fec/... ./internal/... ./tso/... ./netstack/... ./pcie/... ./e1000e/... ./connectx/... ./tee/...
 	@if command -v qemu-arm >/dev/null 2>&1; then \
 	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/..."; \
 	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
