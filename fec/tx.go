@@ -56,12 +56,12 @@ type txRing struct {
 // Scratch for bounce.Placer: memory of the j-th descriptor of the frame
 // being built.
 func (t *txRing) Slot(j int) []byte {
-	i := (t.cur + j) % t.r.n
+	i := t.r.add(t.cur, j)
 	return t.slotAr.Bytes()[i*SlotSize : (i+1)*SlotSize]
 }
 
 func (t *txRing) Bounce(j int) []byte {
-	i := (t.cur + j) % t.r.n
+	i := t.r.add(t.cur, j)
 	return t.bncAr.Bytes()[i*t.bncLen : (i+1)*t.bncLen]
 }
 
@@ -123,7 +123,7 @@ func (t *txRing) takeDone() *[]txDone {
 func (t *txRing) reset(n *NIC) {
 	for t.inFlight > 0 {
 		t.release(n, t.dirty, ErrAborted)
-		t.dirty = (t.dirty + 1) % t.r.n
+		t.dirty = t.r.add(t.dirty, 1)
 		t.inFlight--
 	}
 	for i := 0; i < t.r.n; i++ {
@@ -138,21 +138,25 @@ func (t *txRing) reset(n *NIC) {
 // release undoes the mappings of descriptor i and queues its completion.
 func (t *txRing) release(n *NIC, i int, err error) {
 	s := &t.slots[i]
+	// Fields are cleared one by one, only when set: zeroing the whole
+	// slot costs a runtime.duffzero call per descriptor on GOARM=7.
 	if s.mapped.Valid() {
 		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
 			err = uerr
 		}
+		s.mapped = dma.Buffer{}
 	}
 	if s.scratch.Valid() {
 		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
+		s.scratch = dma.Buffer{}
 	}
 	if s.last {
 		if err == nil {
 			err = s.err
 		}
 		t.done = append(t.done, txDone{cookie: s.cookie, err: err})
+		s.last, s.cookie, s.err = false, nil, nil
 	}
-	*s = txSlot{}
 }
 
 // SetStrategy switches TX placement; frames already queued are unaffected.
@@ -268,40 +272,43 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	t := &n.tx
 	segs := t.plan.Segments()
 	// Map and sync everything first, so a failure leaves the ring untouched.
-	for j, s := range segs {
-		i := (t.cur + j) % t.r.n
+	// Slots are filled in place: a dma.Buffer is six words, and copying
+	// one costs a runtime.duffcopy call on GOARM=7.
+	for j := range segs {
+		i := t.r.add(t.cur, j)
 		sl := &t.slots[i]
-		var b dma.Buffer
+		s := &segs[j]
+		var addr dma.Addr
 		if s.Copied {
-			b = t.scratchBuf(i, s.Data)
-			n.mem.SyncForDevice(b, dma.ToDevice)
-			sl.scratch = b
+			t.scratchBuf(&sl.scratch, i, s.Data)
+			n.mem.SyncForDevice(sl.scratch, dma.ToDevice)
+			addr = sl.scratch.Addr()
 		} else {
 			var err error
-			if b, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
+			if sl.mapped, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
 				t.stats.MapErrors++
 				for k := 0; k < j; k++ {
-					t.release(n, (t.cur+k)%t.r.n, nil)
+					t.release(n, t.r.add(t.cur, k), nil)
 				}
 				*sl = txSlot{}
 				return fmt.Errorf("fec: mapping fragment of %d bytes: %w", len(s.Data), err)
 			}
-			sl.mapped = b
+			addr = sl.mapped.Addr()
 		}
-		if b.Addr()>>32 != 0 {
+		if addr>>32 != 0 {
 			for k := 0; k <= j; k++ {
-				t.release(n, (t.cur+k)%t.r.n, nil)
+				t.release(n, t.r.add(t.cur, k), nil)
 			}
 			return ErrNot32Bit
 		}
-		_, cl := dma.LineSpan(b.Addr(), b.Len())
+		_, cl := dma.LineSpan(addr, len(s.Data))
 		t.stats.Cleaned += uint64(cl)
 	}
 	last := len(segs) - 1
 	// Descriptors after the first get R as they are written; the first is
 	// published last so the uDMA never sees a partial frame.
 	for j := last; j >= 0; j-- {
-		i := (t.cur + j) % t.r.n
+		i := t.r.add(t.cur, j)
 		sl := &t.slots[i]
 		st := TX_TC
 		e := ext
@@ -331,7 +338,7 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		t.r.store(i, dwLenStatus, lenStatus(len(segs[j].Data), uint16(st|TX_R)))
 	}
 	n.mem.Barrier()
-	t.cur = (t.cur + len(segs)) % t.r.n
+	t.cur = t.r.add(t.cur, len(segs))
 	t.inFlight += len(segs)
 	t.stats.Frames++
 	t.stats.Bytes += uint64(t.plan.Len)
@@ -346,17 +353,18 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	return nil
 }
 
-// scratchBuf returns the DMA buffer of bytes data copied into descriptor
-// i's slot or bounce buffer.
-func (t *txRing) scratchBuf(i int, data []byte) dma.Buffer {
+// scratchBuf sets *b to the DMA buffer of bytes data copied into
+// descriptor i's slot or bounce buffer.
+func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
 	slot := t.slotAr.Bytes()
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(slot)))
 	if p >= base && p < base+uintptr(len(slot)) {
-		return t.slotAr.Slice(int(p-base), len(data))
+		*b = t.slotAr.Slice(int(p-base), len(data))
+		return
 	}
 	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncAr.Bytes())))
-	return t.bncAr.Slice(int(p-bb), len(data))
+	*b = t.bncAr.Slice(int(p-bb), len(data))
 }
 
 // kickTx tells the uDMA descriptors are ready. ERR007885: read TDAR up to
@@ -409,7 +417,7 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 			}
 		}
 		t.release(n, i, err)
-		t.dirty = (t.dirty + 1) % t.r.n
+		t.dirty = t.r.add(t.dirty, 1)
 		t.inFlight--
 		c++
 	}
