@@ -86,6 +86,7 @@ var (
 	ErrTxFailed     = errors.New("fec: transmit error")
 	ErrBusError     = errors.New("fec: DMA bus error (EBERR); MAC restarted")
 	ErrNoRxBuffer   = errors.New("fec: no spare RX buffer; frame dropped")
+	ErrNotPeekable  = errors.New("fec: the next RX frame is not a good frame Peek shows")
 	ErrTimeout      = errors.New("fec: timeout")
 	ErrClosed       = errors.New("fec: NIC closed")
 	ErrReleased     = errors.New("fec: packet released twice")

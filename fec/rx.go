@@ -385,3 +385,109 @@ func (n *NIC) rxVerdict(e0, e1 uint32) (c CsumInfo, flagged bool) {
 	}
 	return c, bad
 }
+
+// PeekState says what Peek found.
+type PeekState int
+
+// What Peek found at a ring position.
+const (
+	// PeekNone: no complete frame waits there (yet).
+	PeekNone PeekState = iota
+	// PeekFrame: a good frame waits there, shown in place.
+	PeekFrame
+	// PeekOther: a frame Receive will drop and report (an error, one that
+	// spans buffers), or the ring is closed: take it with Receive.
+	PeekOther
+)
+
+// Peek shows the k-th frame waiting in the RX ring (0: the one Receive
+// returns next), in place in its DMA buffer, without taking it, so a caller
+// can decide to drop it before it is copied or handed up (an ACK filter).
+// Only a run of good frames can be peeked: the caller peeks k = 0, 1, ...
+// and stops at the first result that is not PeekFrame. A good frame longer
+// than max bytes is reported (PeekFrame) but not shown (data nil, nothing
+// synced for the CPU: on silicon, invalidating a full frame twice, here and
+// in Receive, would cost more than the look saves). data is valid until
+// that frame is taken by Receive or dropped by DropNext; the caller must
+// not write it. k must be below the ring size.
+func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
+	r := &n.rx
+	r.mu.Lock()
+	if r.closed || k < 0 || k >= r.r.n {
+		r.mu.Unlock()
+		return nil, CsumInfo{}, PeekOther
+	}
+	i := r.r.add(r.cur, k)
+	length, off, e0, e1, st := r.peekable(n, i)
+	if st != PeekFrame || length-4-off > max {
+		r.mu.Unlock()
+		return nil, CsumInfo{}, st
+	}
+	buf := &r.bufs[i]
+	n.mem.SyncForCPU(buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len())), dma.FromDevice)
+	csum, _ = n.rxVerdict(e0, e1)
+	data = buf.Bytes()[off : length-4]
+	r.mu.Unlock()
+	return data, csum, PeekFrame
+}
+
+// peekable reports whether descriptor i holds a good frame, one Receive
+// would hand up (the same checks, in the same order), and its length as
+// the MAC reported it, the offset of its first byte and the enhanced
+// words.
+func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st PeekState) {
+	if r.dropping {
+		return 0, 0, 0, 0, PeekOther
+	}
+	ls := r.r.load(i, dwLenStatus)
+	rs := RxStatus(ls >> 16)
+	if rs&RX_E != 0 {
+		return 0, 0, 0, 0, PeekNone
+	}
+	if rs&RX_L == 0 {
+		return 0, 0, 0, 0, PeekOther
+	}
+	if n.enhanced {
+		if r.r.load(i, dwExt2)&BDU == 0 {
+			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
+		}
+		e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+	}
+	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
+		return 0, 0, 0, 0, PeekOther
+	}
+	length = int(ls & 0xFFFF)
+	if n.shift16 {
+		off = 2
+	}
+	if plen := length - 4 - off; plen < 14 || plen > n.cfg.MaxFrame || length > n.rxBufLen {
+		return 0, 0, 0, 0, PeekOther
+	}
+	return length, off, e0, e1, PeekFrame
+}
+
+// DropNext drops the frame Receive would return next, which the caller
+// has seen with Peek: its buffer goes straight back to the uDMA, without a
+// copy and without a Packet. It is counted in RxStats.Skipped (and not in
+// Frames). It fails, dropping nothing, when that frame is not one Peek
+// shows (ErrNotPeekable) or the ring is closed.
+func (n *NIC) DropNext() error {
+	r := &n.rx
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	i := r.cur
+	length, _, _, _, st := r.peekable(n, i)
+	if st != PeekFrame {
+		r.mu.Unlock()
+		return ErrNotPeekable
+	}
+	buf := &r.bufs[i]
+	n.mem.SyncForDevice(buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len())), dma.FromDevice)
+	r.stats.Skipped++
+	r.repost(n, i)
+	r.mu.Unlock()
+	return nil
+}

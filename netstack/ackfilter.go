@@ -36,11 +36,14 @@ import (
 // ECE, CWR, PSH), ACKs carrying data, ACKs marked Congestion Experienced,
 // fragments, IPv4 options, IPv6 extension headers, VLAN-tagged frames.
 
-// ackKey identifies a TCP connection in one direction.
+// ackKey identifies a TCP connection in one direction: the addresses as
+// 32-bit words (IPv4 in the first of each four), the ports in one word.
+// All fields are words so that comparing keys compares ten words (with
+// byte arrays, Go's comparison is memeqbody, a byte loop on ARM).
 type ackKey struct {
-	v6           bool
-	src, dst     [16]byte
-	sport, dport uint16
+	src, dst [4]uint32
+	ports    uint32
+	v6       uint32
 }
 
 // pureACK is what filtering needs of a frame.
@@ -66,7 +69,7 @@ func classifyACK(f []byte) pureACK {
 func classifyACKTo(f []byte, p *pureACK) {
 	p.ok = false
 	const eth = 14
-	if len(f) < eth+20+20 || len(f) > eth+40+60 {
+	if len(f) < eth+20+20 || len(f) > maxACKFrame {
 		return
 	}
 	k := &p.key
@@ -82,11 +85,7 @@ func classifyACKTo(f []byte, p *pureACK) {
 		if tot < 40 || tot > len(ip) {
 			return
 		}
-		k.v6 = false
-		k.src = [16]byte{}
-		k.dst = [16]byte{}
-		copy(k.src[:], ip[12:16])
-		copy(k.dst[:], ip[16:20])
+		*k = ackKey{src: [4]uint32{binary.BigEndian.Uint32(ip[12:])}, dst: [4]uint32{binary.BigEndian.Uint32(ip[16:])}}
 		t = ip[20:tot]
 	case 0x86DD:
 		// Version 6, next header TCP, not Congestion Experienced.
@@ -97,9 +96,11 @@ func classifyACKTo(f []byte, p *pureACK) {
 		if pl < 20 || 40+pl > len(ip) {
 			return
 		}
-		k.v6 = true
-		copy(k.src[:], ip[8:24])
-		copy(k.dst[:], ip[24:40])
+		k.v6 = 1
+		for w := 0; w < 4; w++ {
+			k.src[w] = binary.BigEndian.Uint32(ip[8+4*w:])
+			k.dst[w] = binary.BigEndian.Uint32(ip[24+4*w:])
+		}
 		t = ip[40 : 40+pl]
 	default:
 		return
@@ -124,11 +125,14 @@ func classifyACKTo(f []byte, p *pureACK) {
 			return
 		}
 	}
-	k.sport = binary.BigEndian.Uint16(t[0:])
-	k.dport = binary.BigEndian.Uint16(t[2:])
+	k.ports = binary.BigEndian.Uint32(t[0:])
 	p.ack = binary.BigEndian.Uint32(t[8:])
 	p.ok = true
 }
+
+// maxACKFrame is the longest frame classifyACK accepts: Ethernet, IPv6
+// and TCP with 40 bytes of options.
+const maxACKFrame = 14 + 40 + 60
 
 // seqAfter reports whether a is after b in sequence space (RFC 1982).
 func seqAfter(a, b uint32) bool { return int32(a-b) > 0 }
@@ -155,16 +159,27 @@ type ackSlot struct {
 // or more connections share the batch than maxBest, the frame is compared
 // with every later one, as the definition says.
 func filterACKs(batch []Frame, slots []ackSlot, trusted func(Frame) bool) int {
+	slots = slots[:len(batch)]
 	for i, f := range batch {
-		s := &slots[i]
-		s.drop, s.trust = false, 0
-		classifyACKTo(f.Bytes(), &s.pureACK)
+		slots[i].classify(f.Bytes())
 	}
+	return filterSlots(slots, func(j int) bool { return trusted(batch[j]) })
+}
+
+// classify resets the slot for frame f.
+func (s *ackSlot) classify(f []byte) {
+	s.drop, s.trust = false, 0
+	classifyACKTo(f, &s.pureACK)
+}
+
+// filterSlots is filterACKs on frames already classified into slots;
+// trusted is asked by slot index.
+func filterSlots(slots []ackSlot, trusted func(int) bool) int {
 	trust := func(j int) bool {
 		sj := &slots[j]
 		if sj.trust == 0 {
 			sj.trust = -1
-			if trusted(batch[j]) {
+			if trusted(j) {
 				sj.trust = 1
 			}
 		}
@@ -173,7 +188,7 @@ func filterACKs(batch []Frame, slots []ackSlot, trusted func(Frame) bool) int {
 	var best [maxBest]int // per connection, the index of its highest later ACK
 	nb := 0
 	n := 0
-	for i := len(batch) - 1; i >= 0; i-- {
+	for i := len(slots) - 1; i >= 0; i-- {
 		si := &slots[i]
 		if !si.ok {
 			continue
@@ -199,7 +214,7 @@ func filterACKs(batch []Frame, slots []ackSlot, trusted func(Frame) bool) int {
 			continue
 		}
 		// The full comparison with every later frame.
-		for j := len(batch) - 1; j > i; j-- {
+		for j := len(slots) - 1; j > i; j-- {
 			sj := &slots[j]
 			if sj.ok && sj.key == si.key && seqAfter(sj.ack, si.ack) && trust(j) {
 				si.drop = true
