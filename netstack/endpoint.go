@@ -71,6 +71,11 @@ type Stats struct {
 	RxSoftCsum uint64
 	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
 	RxACKsFiltered uint64
+	// With TX checksum offload (txcsum.go): TxSoftCsum counts packets and
+	// fragmented datagrams whose transport checksum the endpoint computed,
+	// TxFragDrops fragments dropped before they were queued (a datagram
+	// evicted or cut short, out of order, or failed when queued).
+	TxSoftCsum, TxFragDrops uint64
 	// TxHeld is the number of packets whose references are held for DMA.
 	TxHeld int64
 	// With Options.Clock: time spent receiving (RxBatches passes, each
@@ -100,8 +105,9 @@ type Endpoint struct {
 	wg         sync.WaitGroup
 
 	txMu   sync.Mutex
-	frags  [][]byte      // scratch for walking a packet's views
-	txKick chan struct{} // signalled by every TX completion
+	frags  [][]byte        // scratch for walking a packet's views
+	txHeld []*heldDatagram // fragmented datagrams held for their checksum (txcsum.go)
+	txKick chan struct{}   // signalled by every TX completion
 
 	gro  gro.GRO // receive goroutine only
 	frag fragCheck
@@ -213,15 +219,16 @@ func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) {
 
 // Capabilities implements stack.LinkEndpoint.
 //
-// TX checksum offload is deliberately not advertised: with it, this gVisor
-// leaves every UDP checksum out, including those of datagrams it then
-// fragments, which no NIC can complete (the checksum spans fragments); over
-// IPv4 such datagrams would travel unprotected and over IPv6 they are
-// invalid. TCP checksums still go to the NIC under TSO: gVisor seeds every
-// host-GSO packet for the device to finish (NeedsCsum), and TransmitGSO has
-// the MAC insert them.
+// TX checksum offload is advertised when the device inserts checksums:
+// gVisor then leaves TCP and UDP checksums to the endpoint, which has the
+// MAC insert TCP's and computes UDP's, over whole datagrams for fragmented
+// ones (txcsum.go). Under TSO gVisor seeds every host-GSO packet for the
+// device to finish (NeedsCsum) either way.
 func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	c := stack.CapabilityResolutionRequired
+	if e.info.TxCsum {
+		c |= stack.CapabilityTXChecksumOffload
+	}
 	if e.opts.GRO {
 		// GRO's merged packets carry stale IPv4 checksums and gVisor sets
 		// RXChecksumValidated from this bit for every packet, so the
@@ -314,6 +321,10 @@ func (e *Endpoint) Close() {
 	e.wg.Wait()
 	e.txMu.Lock()
 	_ = e.dev.Close()
+	for _, d := range e.txHeld {
+		e.dropHeld(d)
+	}
+	e.txHeld = nil
 	e.txMu.Unlock()
 	e.mu.Lock()
 	f := e.onClose
@@ -390,8 +401,10 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 			err = e.writeGSO(p, hdr, l3, l4, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
 				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)})
 		}
+	} else if e.info.TxCsum {
+		// TX offload is advertised: gVisor left the transport checksum.
+		err = e.writeCsum(p)
 	} else {
-		// Checksums are complete: TX offload is not advertised.
 		err = e.dev.Transmit(e.frags, false, p)
 	}
 	if err != nil {
