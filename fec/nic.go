@@ -103,6 +103,9 @@ type NIC struct {
 	enhanced bool
 	shift16  bool
 	rxBufLen int
+	// Set once from cfg.Caps: Caps.Has on the per-frame paths copied the
+	// whole Caps struct each time (a runtime.duffcopy call on GOARM=7).
+	csum, err007885 bool
 
 	ctl    sync.Mutex // serialises restart and MDIO against each other
 	link   Link
@@ -156,6 +159,8 @@ func New(cfg Config) (*NIC, error) {
 	n := &NIC{cfg: cfg, regs: cfg.Regs, mem: cfg.Mem, rxReady: make(chan struct{}, 1)}
 	n.enhanced = cfg.Caps.Has(QuirkEnhancedBD) && !cfg.LegacyBD
 	n.shift16 = n.enhanced && cfg.Caps.Has(QuirkRACC)
+	n.csum = n.enhanced && cfg.Caps.Has(QuirkCsum)
+	n.err007885 = cfg.Caps.Has(QuirkERR007885)
 	// FCS and the SHIFT16 pad land in the buffer too.
 	n.rxBufLen = dma.AlignUp(cfg.MaxFrame+4+2, 64)
 	if err := n.tx.alloc(n); err != nil {
@@ -178,7 +183,7 @@ func (n *NIC) descSize() int {
 func (n *NIC) Caps() Caps { return n.cfg.Caps }
 
 // CsumOffload reports whether TX checksum insertion and RX verdicts work.
-func (n *NIC) CsumOffload() bool { return n.enhanced && n.cfg.Caps.Has(QuirkCsum) }
+func (n *NIC) CsumOffload() bool { return n.csum }
 
 // MaxFrame returns the longest frame (without FCS) the NIC sends or accepts.
 func (n *NIC) MaxFrame() int { return n.cfg.MaxFrame }

@@ -423,10 +423,10 @@ func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
 		r.mu.Unlock()
 		return nil, CsumInfo{}, st
 	}
-	buf := &r.bufs[i]
-	n.mem.SyncForCPU(buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len())), dma.FromDevice)
+	b := r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen))
+	n.mem.SyncForCPU(b, dma.FromDevice)
 	csum, _ = n.rxVerdict(e0, e1)
-	data = buf.Bytes()[off : length-4]
+	data = b.Bytes()[off : length-4]
 	r.mu.Unlock()
 	return data, csum, PeekFrame
 }
@@ -484,8 +484,7 @@ func (n *NIC) DropNext() error {
 		r.mu.Unlock()
 		return ErrNotPeekable
 	}
-	buf := &r.bufs[i]
-	n.mem.SyncForDevice(buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len())), dma.FromDevice)
+	n.mem.SyncForDevice(r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen)), dma.FromDevice)
 	r.stats.Skipped++
 	r.repost(n, i)
 	r.mu.Unlock()

@@ -29,9 +29,14 @@ type TxOptions struct {
 type txSlot struct {
 	mapped  dma.Buffer // in-place mapping, unmapped at completion
 	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
-	last    bool       // completes the caller's frame or GSO packet
-	cookie  any
-	err     error // reported with the completion (a GSO packet cut short)
+	// What the descriptor points at, and which of mapped and scratch is
+	// set: reading them through the Buffers' methods copied the Buffer
+	// each time (a runtime.duffcopy call on GOARM=7).
+	addr                  dma.Addr
+	hasMapped, hasScratch bool
+	last                  bool // completes the caller's frame or GSO packet
+	cookie                any
+	err                   error // reported with the completion (a GSO packet cut short)
 }
 
 type txRing struct {
@@ -42,6 +47,10 @@ type txRing struct {
 	slotAr dma.Buffer // n * SlotSize
 	bncAr  dma.Buffer // n * bncLen
 	bncLen int
+	// The CPU views of slotAr and bncAr: reading them through the
+	// Buffers' methods copied the Buffer each time.
+	slotMem, bncMem   []byte
+	slotAddr, bncAddr dma.Addr
 	// cur is the next descriptor to fill, dirty the oldest one in flight.
 	cur, dirty, inFlight int
 	strategy             bounce.Strategy
@@ -57,12 +66,12 @@ type txRing struct {
 // being built.
 func (t *txRing) Slot(j int) []byte {
 	i := t.r.add(t.cur, j)
-	return t.slotAr.Bytes()[i*SlotSize : (i+1)*SlotSize]
+	return t.slotMem[i*SlotSize : (i+1)*SlotSize]
 }
 
 func (t *txRing) Bounce(j int) []byte {
 	i := t.r.add(t.cur, j)
-	return t.bncAr.Bytes()[i*t.bncLen : (i+1)*t.bncLen]
+	return t.bncMem[i*t.bncLen : (i+1)*t.bncLen]
 }
 
 func (t *txRing) alloc(n *NIC) error {
@@ -80,6 +89,8 @@ func (t *txRing) alloc(n *NIC) error {
 	if t.bncAr, err = n.mem.Alloc(cnt*t.bncLen, 64, dma.Cached); err != nil {
 		return fmt.Errorf("fec: TX bounce buffers: %w", err)
 	}
+	t.slotMem, t.bncMem = t.slotAr.Bytes(), t.bncAr.Bytes()
+	t.slotAddr, t.bncAddr = t.slotAr.Addr(), t.bncAr.Addr()
 	t.slots = make([]txSlot, cnt)
 	t.done = make([]txDone, 0, cnt)
 	t.pool.New = func() any { s := make([]txDone, 0, 64); return &s }
@@ -96,6 +107,7 @@ func (t *txRing) free(n *NIC) error {
 		}
 	}
 	t.desc, t.slotAr, t.bncAr = dma.Buffer{}, dma.Buffer{}, dma.Buffer{}
+	t.slotMem, t.bncMem = nil, nil
 	for _, e := range errs {
 		if e != nil {
 			return e
@@ -140,15 +152,15 @@ func (t *txRing) release(n *NIC, i int, err error) {
 	s := &t.slots[i]
 	// Fields are cleared one by one, only when set: zeroing the whole
 	// slot costs a runtime.duffzero call per descriptor on GOARM=7.
-	if s.mapped.Valid() {
+	if s.hasMapped {
 		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
 			err = uerr
 		}
-		s.mapped = dma.Buffer{}
+		s.mapped, s.hasMapped = dma.Buffer{}, false
 	}
-	if s.scratch.Valid() {
+	if s.hasScratch {
 		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
-		s.scratch = dma.Buffer{}
+		s.scratch, s.hasScratch = dma.Buffer{}, false
 	}
 	if s.last {
 		if err == nil {
@@ -280,9 +292,9 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		s := &segs[j]
 		var addr dma.Addr
 		if s.Copied {
-			t.scratchBuf(&sl.scratch, i, s.Data)
+			addr = t.scratchBuf(&sl.scratch, i, s.Data)
+			sl.hasScratch = true
 			n.mem.SyncForDevice(sl.scratch, dma.ToDevice)
-			addr = sl.scratch.Addr()
 		} else {
 			var err error
 			if sl.mapped, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
@@ -293,8 +305,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 				*sl = txSlot{}
 				return fmt.Errorf("fec: mapping fragment of %d bytes: %w", len(s.Data), err)
 			}
+			sl.hasMapped = true
 			addr = sl.mapped.Addr()
 		}
+		sl.addr = addr
 		if addr>>32 != 0 {
 			for k := 0; k <= j; k++ {
 				t.release(n, t.r.add(t.cur, k), nil)
@@ -322,11 +336,7 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		if i == t.r.n-1 {
 			st |= TX_W
 		}
-		addr := sl.mapped.Addr()
-		if sl.scratch.Valid() {
-			addr = sl.scratch.Addr()
-		}
-		t.r.store(i, dwAddr, uint32(addr))
+		t.r.store(i, dwAddr, uint32(sl.addr))
 		if n.enhanced {
 			t.r.store(i, dwExt0, e)
 			t.r.store(i, dwExt1, 0)
@@ -354,24 +364,24 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 }
 
 // scratchBuf sets *b to the DMA buffer of bytes data copied into
-// descriptor i's slot or bounce buffer.
-func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) {
+// descriptor i's slot or bounce buffer, and returns its device address.
+func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) dma.Addr {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
-	slot := t.slotAr.Bytes()
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(slot)))
-	if p >= base && p < base+uintptr(len(slot)) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.slotMem)))
+	if p >= base && p < base+uintptr(len(t.slotMem)) {
 		*b = t.slotAr.Slice(int(p-base), len(data))
-		return
+		return t.slotAddr + dma.Addr(p-base)
 	}
-	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncAr.Bytes())))
+	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncMem)))
 	*b = t.bncAr.Slice(int(p-bb), len(data))
+	return t.bncAddr + dma.Addr(p-bb)
 }
 
 // kickTx tells the uDMA descriptors are ready. ERR007885: read TDAR up to
 // four times and write only if a read returns 0; if it stays set the uDMA is
 // still walking the ring and will find the new descriptors.
 func (n *NIC) kickTx() {
-	if n.cfg.Caps.Has(QuirkERR007885) {
+	if n.err007885 {
 		for k := 0; k < 4; k++ {
 			if n.regs.Read32(ENETx_TDAR) == 0 {
 				n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
