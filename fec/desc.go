@@ -152,8 +152,19 @@ func (r *ring) word(i, w int) *uint32 {
 // load reads word w of descriptor i as the uDMA would: one 32-bit access.
 func (r *ring) load(i, w int) uint32 { return atomic.LoadUint32(r.word(i, w)) }
 
-// store writes word w of descriptor i with one 32-bit access.
-func (r *ring) store(i, w int, v uint32) { atomic.StoreUint32(r.word(i, w), v) }
+// store writes word w of descriptor i with one 32-bit access (storeWord);
+// callers order descriptor stores with Memory.Barrier before handing a
+// descriptor to the uDMA.
+func (r *ring) store(i, w int, v uint32) { storeWord(r.word(i, w), v) }
+
+// add returns descriptor i+k (0 <= k <= n) modulo the ring size, without
+// a division (runtime.udiv on GOARM=7).
+func (r *ring) add(i, k int) int {
+	if i += k; i >= r.n {
+		i -= r.n
+	}
+	return i
+}
 
 func lenStatus(length int, status uint16) uint32 { return uint32(length)&0xFFFF | uint32(status)<<16 }
 

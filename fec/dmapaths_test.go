@@ -110,6 +110,24 @@ func TestDMAMaintenanceIsCompleteOnEveryPath(t *testing.T) {
 			receiveOne(func(st fec.Stats) uint64 { return st.Rx.Copybreak })},
 		{"rx zero-copy", fec.IMX6UL, func(c *fec.Config) { c.Copybreak = -1 }, forgetful{skipCPU: true},
 			receiveOne(func(st fec.Stats) uint64 { return st.Rx.ZeroCopy })},
+		{"rx peek", fec.IMX6UL, func(c *fec.Config) { c.Copybreak = -1 }, forgetful{skipCPU: true},
+			func(t *testing.T, r *fectest.Rig, tp *tap) bool {
+				f := randomFrame(rng, 900, nicMAC)
+				r.Model.Deliver(f, fectest.RxOK)
+				b, _, st := r.NIC.Peek(0, 2000)
+				return st == fec.PeekFrame && bytes.Equal(b, f) && r.NIC.DropNext() == nil
+			}},
+		{"rx drop in place", fec.IMX6UL, func(c *fec.Config) { c.RxRing = 2 }, forgetful{skipDevice: cachedFromDevice},
+			func(t *testing.T, r *fectest.Rig, tp *tap) bool {
+				ok := true
+				for i := 0; i < 6; i++ {
+					f := randomFrame(rng, 900, nicMAC)
+					r.Model.Deliver(f, fectest.RxOK)
+					b, _, st := r.NIC.Peek(0, 2000)
+					ok = ok && st == fec.PeekFrame && bytes.Equal(b, f) && r.NIC.DropNext() == nil
+				}
+				return ok && r.NIC.Stats().Rx.Skipped == 6
+			}},
 		{"rx refill", fec.IMX6UL, func(c *fec.Config) { c.Copybreak = -1; c.RxRing = 2; c.RxSpare = 2 }, forgetful{skipDevice: cachedFromDevice},
 			func(t *testing.T, r *fectest.Rig, tp *tap) bool {
 				ok := true

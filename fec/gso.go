@@ -100,7 +100,7 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 			if posted > 0 {
 				// Segments already queued go out; the packet completes with
 				// the error on the last of them.
-				i := (t.cur - 1 + t.r.n) % t.r.n
+				i := t.r.add(t.cur, t.r.n-1)
 				t.slots[i].last, t.slots[i].cookie = true, cookie
 				t.slots[i].err = fmt.Errorf("%w after %d of %d segments: %v", ErrGSOPartial, posted, t.seg.Count(), err)
 				n.kickTx()

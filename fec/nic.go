@@ -86,6 +86,7 @@ var (
 	ErrTxFailed     = errors.New("fec: transmit error")
 	ErrBusError     = errors.New("fec: DMA bus error (EBERR); MAC restarted")
 	ErrNoRxBuffer   = errors.New("fec: no spare RX buffer; frame dropped")
+	ErrNotPeekable  = errors.New("fec: the next RX frame is not a good frame Peek shows")
 	ErrTimeout      = errors.New("fec: timeout")
 	ErrClosed       = errors.New("fec: NIC closed")
 	ErrReleased     = errors.New("fec: packet released twice")
@@ -102,6 +103,9 @@ type NIC struct {
 	enhanced bool
 	shift16  bool
 	rxBufLen int
+	// Set once from cfg.Caps: Caps.Has on the per-frame paths copied the
+	// whole Caps struct each time (a runtime.duffcopy call on GOARM=7).
+	csum, err007885 bool
 
 	ctl    sync.Mutex // serialises restart and MDIO against each other
 	link   Link
@@ -155,6 +159,8 @@ func New(cfg Config) (*NIC, error) {
 	n := &NIC{cfg: cfg, regs: cfg.Regs, mem: cfg.Mem, rxReady: make(chan struct{}, 1)}
 	n.enhanced = cfg.Caps.Has(QuirkEnhancedBD) && !cfg.LegacyBD
 	n.shift16 = n.enhanced && cfg.Caps.Has(QuirkRACC)
+	n.csum = n.enhanced && cfg.Caps.Has(QuirkCsum)
+	n.err007885 = cfg.Caps.Has(QuirkERR007885)
 	// FCS and the SHIFT16 pad land in the buffer too.
 	n.rxBufLen = dma.AlignUp(cfg.MaxFrame+4+2, 64)
 	if err := n.tx.alloc(n); err != nil {
@@ -177,7 +183,7 @@ func (n *NIC) descSize() int {
 func (n *NIC) Caps() Caps { return n.cfg.Caps }
 
 // CsumOffload reports whether TX checksum insertion and RX verdicts work.
-func (n *NIC) CsumOffload() bool { return n.enhanced && n.cfg.Caps.Has(QuirkCsum) }
+func (n *NIC) CsumOffload() bool { return n.csum }
 
 // MaxFrame returns the longest frame (without FCS) the NIC sends or accepts.
 func (n *NIC) MaxFrame() int { return n.cfg.MaxFrame }

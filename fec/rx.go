@@ -202,7 +202,7 @@ func (r *rxRing) fill(n *NIC, i int) {
 // repost returns descriptor i to the uDMA and advances.
 func (r *rxRing) repost(n *NIC, i int) {
 	r.fill(n, i)
-	r.cur = (i + 1) % r.r.n
+	r.cur = r.r.add(i, 1)
 	n.regs.Write32(ENETx_RDAR, DAR_ACTIVE)
 }
 
@@ -253,11 +253,6 @@ func (n *NIC) Receive() (*Packet, error) {
 		if n.enhanced {
 			e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
 		}
-		fe := func(k RxErrorKind) (*Packet, error) {
-			r.stats.count(k)
-			r.repost(n, i)
-			return nil, &FrameError{Kind: k, Status: st, Ext: e0, Len: length}
-		}
 		if st&RX_L == 0 {
 			// With MRBR above MAX_FL this only happens to frames the MAC
 			// should have cut: drop every buffer up to L as one frame.
@@ -273,32 +268,41 @@ func (n *NIC) Receive() (*Packet, error) {
 			r.repost(n, i)
 			return nil, &FrameError{Kind: RxMultiBuffer, Status: st, Ext: e0, Len: length}
 		}
+		var kind RxErrorKind
 		switch {
 		case st&RX_OV != 0: // other bits are meaningless with OV
-			return fe(RxOverrun)
+			kind = RxOverrun
 		case st&RX_TR != 0:
-			return fe(RxTruncated)
+			kind = RxTruncated
 		case st&RX_LG != 0:
-			return fe(RxTooLong)
+			kind = RxTooLong
 		case st&RX_NO != 0:
-			return fe(RxNonOctet)
+			kind = RxNonOctet
 		case st&RX_CR != 0:
-			return fe(RxCRC)
+			kind = RxCRC
 		case e0&rxeErrMask != 0:
-			return fe(RxMACError)
+			kind = RxMACError
 		}
 		off := 0
 		if n.shift16 {
 			off = 2
 		}
 		plen := length - 4 - off
-		if plen < 14 {
-			return fe(RxRunt)
+		switch {
+		case kind != 0:
+		case plen < 14:
+			kind = RxRunt
+		case plen > n.cfg.MaxFrame || length > n.rxBufLen:
+			kind = RxTooLong
 		}
-		if plen > n.cfg.MaxFrame || length > n.rxBufLen {
-			return fe(RxTooLong)
+		if kind != 0 {
+			r.stats.count(kind)
+			r.repost(n, i)
+			return nil, &FrameError{Kind: kind, Status: st, Ext: e0, Len: length}
 		}
-		buf := r.bufs[i]
+		// buf points into r.bufs: a dma.Buffer is six words, and every
+		// copy of one costs a runtime.duffcopy call on GOARM=7.
+		buf := &r.bufs[i]
 		synced := buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len()))
 		n.mem.SyncForCPU(synced, dma.FromDevice)
 		r.stats.Invalidated += uint64(synced.Len())
@@ -306,16 +310,8 @@ func (n *NIC) Receive() (*Packet, error) {
 		if flagged {
 			r.stats.CsumFlagged++
 		}
-		// Nothing to hand the frame up in: give the buffer back, count,
-		// say why.
-		noBuffer := func(what string, held int) (*Packet, error) {
-			r.stats.NoBuffer++
-			n.mem.SyncForDevice(synced, dma.FromDevice)
-			r.repost(n, i)
-			return nil, fmt.Errorf("%w: all %d %s held by the caller", ErrNoRxBuffer, held, what)
-		}
 		if len(r.freePkts) == 0 {
-			return noBuffer("packets", len(r.pkts))
+			return nil, r.noBuffer(n, i, synced, "packets", len(r.pkts))
 		}
 		p := r.freePkts[len(r.freePkts)-1]
 		if plen <= r.copybreak {
@@ -334,14 +330,15 @@ func (n *NIC) Receive() (*Packet, error) {
 			r.stats.Copied += uint64(plen)
 		} else {
 			if len(r.spares) == 0 {
-				return noBuffer("spare buffers", n.cfg.RxSpare)
+				return nil, r.noBuffer(n, i, synced, "spare buffers", n.cfg.RxSpare)
 			}
-			spare := r.spares[len(r.spares)-1]
-			r.spares = r.spares[:len(r.spares)-1]
-			n.mem.SyncForDevice(spare, dma.FromDevice)
-			r.bufs[i] = spare
-			p.buf = buf
-			p.Data = buf.Bytes()[off : off+plen]
+			k := len(r.spares) - 1
+			n.mem.SyncForDevice(r.spares[k], dma.FromDevice)
+			p.buf = *buf
+			*buf = r.spares[k]
+			r.spares[k] = dma.Buffer{}
+			r.spares = r.spares[:k]
+			p.Data = p.buf.Bytes()[off : off+plen]
 			r.stats.ZeroCopy++
 		}
 		r.freePkts = r.freePkts[:len(r.freePkts)-1]
@@ -351,6 +348,15 @@ func (n *NIC) Receive() (*Packet, error) {
 		r.repost(n, i)
 		return p, nil
 	}
+}
+
+// noBuffer gives descriptor i's buffer back when there is nothing to hand
+// its frame up in, counts, and says why.
+func (r *rxRing) noBuffer(n *NIC, i int, synced dma.Buffer, what string, held int) error {
+	r.stats.NoBuffer++
+	n.mem.SyncForDevice(synced, dma.FromDevice)
+	r.repost(n, i)
+	return fmt.Errorf("%w: all %d %s held by the caller", ErrNoRxBuffer, held, what)
 }
 
 // rxVerdict decodes the enhanced descriptor's checksum results (Table 22-35,
@@ -378,4 +384,109 @@ func (n *NIC) rxVerdict(e0, e1 uint32) (c CsumInfo, flagged bool) {
 		c.L4 = true
 	}
 	return c, bad
+}
+
+// PeekState says what Peek found.
+type PeekState int
+
+// What Peek found at a ring position.
+const (
+	// PeekNone: no complete frame waits there (yet).
+	PeekNone PeekState = iota
+	// PeekFrame: a good frame waits there, shown in place.
+	PeekFrame
+	// PeekOther: a frame Receive will drop and report (an error, one that
+	// spans buffers), or the ring is closed: take it with Receive.
+	PeekOther
+)
+
+// Peek shows the k-th frame waiting in the RX ring (0: the one Receive
+// returns next), in place in its DMA buffer, without taking it, so a caller
+// can decide to drop it before it is copied or handed up (an ACK filter).
+// Only a run of good frames can be peeked: the caller peeks k = 0, 1, ...
+// and stops at the first result that is not PeekFrame. A good frame longer
+// than max bytes is reported (PeekFrame) but not shown (data nil, nothing
+// synced for the CPU: on silicon, invalidating a full frame twice, here and
+// in Receive, would cost more than the look saves). data is valid until
+// that frame is taken by Receive or dropped by DropNext; the caller must
+// not write it. k must be below the ring size.
+func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
+	r := &n.rx
+	r.mu.Lock()
+	if r.closed || k < 0 || k >= r.r.n {
+		r.mu.Unlock()
+		return nil, CsumInfo{}, PeekOther
+	}
+	i := r.r.add(r.cur, k)
+	length, off, e0, e1, st := r.peekable(n, i)
+	if st != PeekFrame || length-4-off > max {
+		r.mu.Unlock()
+		return nil, CsumInfo{}, st
+	}
+	b := r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen))
+	n.mem.SyncForCPU(b, dma.FromDevice)
+	csum, _ = n.rxVerdict(e0, e1)
+	data = b.Bytes()[off : length-4]
+	r.mu.Unlock()
+	return data, csum, PeekFrame
+}
+
+// peekable reports whether descriptor i holds a good frame, one Receive
+// would hand up (the same checks, in the same order), and its length as
+// the MAC reported it, the offset of its first byte and the enhanced
+// words.
+func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st PeekState) {
+	if r.dropping {
+		return 0, 0, 0, 0, PeekOther
+	}
+	ls := r.r.load(i, dwLenStatus)
+	rs := RxStatus(ls >> 16)
+	if rs&RX_E != 0 {
+		return 0, 0, 0, 0, PeekNone
+	}
+	if rs&RX_L == 0 {
+		return 0, 0, 0, 0, PeekOther
+	}
+	if n.enhanced {
+		if r.r.load(i, dwExt2)&BDU == 0 {
+			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
+		}
+		e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+	}
+	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
+		return 0, 0, 0, 0, PeekOther
+	}
+	length = int(ls & 0xFFFF)
+	if n.shift16 {
+		off = 2
+	}
+	if plen := length - 4 - off; plen < 14 || plen > n.cfg.MaxFrame || length > n.rxBufLen {
+		return 0, 0, 0, 0, PeekOther
+	}
+	return length, off, e0, e1, PeekFrame
+}
+
+// DropNext drops the frame Receive would return next, which the caller
+// has seen with Peek: its buffer goes straight back to the uDMA, without a
+// copy and without a Packet. It is counted in RxStats.Skipped (and not in
+// Frames). It fails, dropping nothing, when that frame is not one Peek
+// shows (ErrNotPeekable) or the ring is closed.
+func (n *NIC) DropNext() error {
+	r := &n.rx
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return ErrClosed
+	}
+	i := r.cur
+	length, _, _, _, st := r.peekable(n, i)
+	if st != PeekFrame {
+		r.mu.Unlock()
+		return ErrNotPeekable
+	}
+	n.mem.SyncForDevice(r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen)), dma.FromDevice)
+	r.stats.Skipped++
+	r.repost(n, i)
+	r.mu.Unlock()
+	return nil
 }

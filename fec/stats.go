@@ -44,6 +44,9 @@ type RxStats struct {
 	// BDUPending counts polls that found a descriptor with E clear but BDU
 	// not yet set (the frame was taken on a later poll).
 	BDUPending uint64
+	// Skipped counts good frames the caller dropped in place (Peek, then
+	// DropNext) instead of taking them.
+	Skipped uint64
 }
 
 func (s *RxStats) count(k RxErrorKind) {

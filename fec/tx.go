@@ -29,9 +29,14 @@ type TxOptions struct {
 type txSlot struct {
 	mapped  dma.Buffer // in-place mapping, unmapped at completion
 	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
-	last    bool       // completes the caller's frame or GSO packet
-	cookie  any
-	err     error // reported with the completion (a GSO packet cut short)
+	// What the descriptor points at, and which of mapped and scratch is
+	// set: reading them through the Buffers' methods copied the Buffer
+	// each time (a runtime.duffcopy call on GOARM=7).
+	addr                  dma.Addr
+	hasMapped, hasScratch bool
+	last                  bool // completes the caller's frame or GSO packet
+	cookie                any
+	err                   error // reported with the completion (a GSO packet cut short)
 }
 
 type txRing struct {
@@ -42,6 +47,10 @@ type txRing struct {
 	slotAr dma.Buffer // n * SlotSize
 	bncAr  dma.Buffer // n * bncLen
 	bncLen int
+	// The CPU views of slotAr and bncAr: reading them through the
+	// Buffers' methods copied the Buffer each time.
+	slotMem, bncMem   []byte
+	slotAddr, bncAddr dma.Addr
 	// cur is the next descriptor to fill, dirty the oldest one in flight.
 	cur, dirty, inFlight int
 	strategy             bounce.Strategy
@@ -56,13 +65,13 @@ type txRing struct {
 // Scratch for bounce.Placer: memory of the j-th descriptor of the frame
 // being built.
 func (t *txRing) Slot(j int) []byte {
-	i := (t.cur + j) % t.r.n
-	return t.slotAr.Bytes()[i*SlotSize : (i+1)*SlotSize]
+	i := t.r.add(t.cur, j)
+	return t.slotMem[i*SlotSize : (i+1)*SlotSize]
 }
 
 func (t *txRing) Bounce(j int) []byte {
-	i := (t.cur + j) % t.r.n
-	return t.bncAr.Bytes()[i*t.bncLen : (i+1)*t.bncLen]
+	i := t.r.add(t.cur, j)
+	return t.bncMem[i*t.bncLen : (i+1)*t.bncLen]
 }
 
 func (t *txRing) alloc(n *NIC) error {
@@ -80,6 +89,8 @@ func (t *txRing) alloc(n *NIC) error {
 	if t.bncAr, err = n.mem.Alloc(cnt*t.bncLen, 64, dma.Cached); err != nil {
 		return fmt.Errorf("fec: TX bounce buffers: %w", err)
 	}
+	t.slotMem, t.bncMem = t.slotAr.Bytes(), t.bncAr.Bytes()
+	t.slotAddr, t.bncAddr = t.slotAr.Addr(), t.bncAr.Addr()
 	t.slots = make([]txSlot, cnt)
 	t.done = make([]txDone, 0, cnt)
 	t.pool.New = func() any { s := make([]txDone, 0, 64); return &s }
@@ -96,6 +107,7 @@ func (t *txRing) free(n *NIC) error {
 		}
 	}
 	t.desc, t.slotAr, t.bncAr = dma.Buffer{}, dma.Buffer{}, dma.Buffer{}
+	t.slotMem, t.bncMem = nil, nil
 	for _, e := range errs {
 		if e != nil {
 			return e
@@ -123,7 +135,7 @@ func (t *txRing) takeDone() *[]txDone {
 func (t *txRing) reset(n *NIC) {
 	for t.inFlight > 0 {
 		t.release(n, t.dirty, ErrAborted)
-		t.dirty = (t.dirty + 1) % t.r.n
+		t.dirty = t.r.add(t.dirty, 1)
 		t.inFlight--
 	}
 	for i := 0; i < t.r.n; i++ {
@@ -138,21 +150,25 @@ func (t *txRing) reset(n *NIC) {
 // release undoes the mappings of descriptor i and queues its completion.
 func (t *txRing) release(n *NIC, i int, err error) {
 	s := &t.slots[i]
-	if s.mapped.Valid() {
+	// Fields are cleared one by one, only when set: zeroing the whole
+	// slot costs a runtime.duffzero call per descriptor on GOARM=7.
+	if s.hasMapped {
 		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
 			err = uerr
 		}
+		s.mapped, s.hasMapped = dma.Buffer{}, false
 	}
-	if s.scratch.Valid() {
+	if s.hasScratch {
 		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
+		s.scratch, s.hasScratch = dma.Buffer{}, false
 	}
 	if s.last {
 		if err == nil {
 			err = s.err
 		}
 		t.done = append(t.done, txDone{cookie: s.cookie, err: err})
+		s.last, s.cookie, s.err = false, nil, nil
 	}
-	*s = txSlot{}
 }
 
 // SetStrategy switches TX placement; frames already queued are unaffected.
@@ -268,40 +284,45 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	t := &n.tx
 	segs := t.plan.Segments()
 	// Map and sync everything first, so a failure leaves the ring untouched.
-	for j, s := range segs {
-		i := (t.cur + j) % t.r.n
+	// Slots are filled in place: a dma.Buffer is six words, and copying
+	// one costs a runtime.duffcopy call on GOARM=7.
+	for j := range segs {
+		i := t.r.add(t.cur, j)
 		sl := &t.slots[i]
-		var b dma.Buffer
+		s := &segs[j]
+		var addr dma.Addr
 		if s.Copied {
-			b = t.scratchBuf(i, s.Data)
-			n.mem.SyncForDevice(b, dma.ToDevice)
-			sl.scratch = b
+			addr = t.scratchBuf(&sl.scratch, i, s.Data)
+			sl.hasScratch = true
+			n.mem.SyncForDevice(sl.scratch, dma.ToDevice)
 		} else {
 			var err error
-			if b, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
+			if sl.mapped, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
 				t.stats.MapErrors++
 				for k := 0; k < j; k++ {
-					t.release(n, (t.cur+k)%t.r.n, nil)
+					t.release(n, t.r.add(t.cur, k), nil)
 				}
 				*sl = txSlot{}
 				return fmt.Errorf("fec: mapping fragment of %d bytes: %w", len(s.Data), err)
 			}
-			sl.mapped = b
+			sl.hasMapped = true
+			addr = sl.mapped.Addr()
 		}
-		if b.Addr()>>32 != 0 {
+		sl.addr = addr
+		if addr>>32 != 0 {
 			for k := 0; k <= j; k++ {
-				t.release(n, (t.cur+k)%t.r.n, nil)
+				t.release(n, t.r.add(t.cur, k), nil)
 			}
 			return ErrNot32Bit
 		}
-		_, cl := dma.LineSpan(b.Addr(), b.Len())
+		_, cl := dma.LineSpan(addr, len(s.Data))
 		t.stats.Cleaned += uint64(cl)
 	}
 	last := len(segs) - 1
 	// Descriptors after the first get R as they are written; the first is
 	// published last so the uDMA never sees a partial frame.
 	for j := last; j >= 0; j-- {
-		i := (t.cur + j) % t.r.n
+		i := t.r.add(t.cur, j)
 		sl := &t.slots[i]
 		st := TX_TC
 		e := ext
@@ -315,11 +336,7 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		if i == t.r.n-1 {
 			st |= TX_W
 		}
-		addr := sl.mapped.Addr()
-		if sl.scratch.Valid() {
-			addr = sl.scratch.Addr()
-		}
-		t.r.store(i, dwAddr, uint32(addr))
+		t.r.store(i, dwAddr, uint32(sl.addr))
 		if n.enhanced {
 			t.r.store(i, dwExt0, e)
 			t.r.store(i, dwExt1, 0)
@@ -331,7 +348,7 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		t.r.store(i, dwLenStatus, lenStatus(len(segs[j].Data), uint16(st|TX_R)))
 	}
 	n.mem.Barrier()
-	t.cur = (t.cur + len(segs)) % t.r.n
+	t.cur = t.r.add(t.cur, len(segs))
 	t.inFlight += len(segs)
 	t.stats.Frames++
 	t.stats.Bytes += uint64(t.plan.Len)
@@ -346,24 +363,25 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	return nil
 }
 
-// scratchBuf returns the DMA buffer of bytes data copied into descriptor
-// i's slot or bounce buffer.
-func (t *txRing) scratchBuf(i int, data []byte) dma.Buffer {
+// scratchBuf sets *b to the DMA buffer of bytes data copied into
+// descriptor i's slot or bounce buffer, and returns its device address.
+func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) dma.Addr {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
-	slot := t.slotAr.Bytes()
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(slot)))
-	if p >= base && p < base+uintptr(len(slot)) {
-		return t.slotAr.Slice(int(p-base), len(data))
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.slotMem)))
+	if p >= base && p < base+uintptr(len(t.slotMem)) {
+		*b = t.slotAr.Slice(int(p-base), len(data))
+		return t.slotAddr + dma.Addr(p-base)
 	}
-	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncAr.Bytes())))
-	return t.bncAr.Slice(int(p-bb), len(data))
+	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncMem)))
+	*b = t.bncAr.Slice(int(p-bb), len(data))
+	return t.bncAddr + dma.Addr(p-bb)
 }
 
 // kickTx tells the uDMA descriptors are ready. ERR007885: read TDAR up to
 // four times and write only if a read returns 0; if it stays set the uDMA is
 // still walking the ring and will find the new descriptors.
 func (n *NIC) kickTx() {
-	if n.cfg.Caps.Has(QuirkERR007885) {
+	if n.err007885 {
 		for k := 0; k < 4; k++ {
 			if n.regs.Read32(ENETx_TDAR) == 0 {
 				n.regs.Write32(ENETx_TDAR, DAR_ACTIVE)
@@ -409,7 +427,7 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 			}
 		}
 		t.release(n, i, err)
-		t.dirty = (t.dirty + 1) % t.r.n
+		t.dirty = t.r.add(t.dirty, 1)
 		t.inFlight--
 		c++
 	}

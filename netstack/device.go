@@ -91,3 +91,32 @@ type Device interface {
 	// TX completion callback, so every held reference is released.
 	Close() error
 }
+
+// PeekResult says what RxPeeker.PeekRx found.
+type PeekResult int
+
+// What PeekRx found at a position.
+const (
+	PeekNone  PeekResult = iota // no complete frame waits there (yet)
+	PeekFrame                   // a good frame, shown in place
+	PeekOther                   // a frame Receive must take (it reports an error), or a closed device
+)
+
+// RxPeeker is an optional Device extension the ACK filter uses when a
+// device has it: the frames waiting in the receive ring are looked at in
+// place, and the superseded ACKs among them dropped there, before they are
+// copied or taken (a pure ACK dropped this way costs the driver a
+// descriptor refill instead of a copy, a packet and its release).
+type RxPeeker interface {
+	// PeekRx shows the k-th frame waiting (0: the one Receive returns
+	// next) in the device's memory, with the hardware's checksum
+	// verdicts, without taking it; a frame longer than max bytes is
+	// reported (PeekFrame) but not shown (b nil). The caller peeks k = 0,
+	// 1, ... and stops at the first result that is not PeekFrame; b stays
+	// valid, and must not be written, until that frame is taken (Receive)
+	// or dropped (DropRx).
+	PeekRx(k, max int) (b []byte, ipv4OK, l4OK bool, r PeekResult)
+	// DropRx drops the frame Receive would return next, one PeekRx showed,
+	// and gives its memory straight back to the device.
+	DropRx() error
+}

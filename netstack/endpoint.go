@@ -71,6 +71,11 @@ type Stats struct {
 	RxSoftCsum uint64
 	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
 	RxACKsFiltered uint64
+	// With TX checksum offload (txcsum.go): TxSoftCsum counts packets and
+	// fragmented datagrams whose transport checksum the endpoint computed,
+	// TxFragDrops fragments dropped before they were queued (a datagram
+	// evicted or cut short, out of order, or failed when queued).
+	TxSoftCsum, TxFragDrops uint64
 	// TxHeld is the number of packets whose references are held for DMA.
 	TxHeld int64
 	// With Options.Clock: time spent receiving (RxBatches passes, each
@@ -100,14 +105,16 @@ type Endpoint struct {
 	wg         sync.WaitGroup
 
 	txMu   sync.Mutex
-	frags  [][]byte      // scratch for walking a packet's views
-	txKick chan struct{} // signalled by every TX completion
+	frags  [][]byte        // scratch for walking a packet's views
+	txHeld []*heldDatagram // fragmented datagrams held for their checksum (txcsum.go)
+	txKick chan struct{}   // signalled by every TX completion
 
 	gro  gro.GRO // receive goroutine only
 	frag fragCheck
 	rx   struct { // receive goroutine only: one batch, for ACK filtering
-		batch []Frame
-		slots []ackSlot
+		batch  []Frame
+		slots  []ackSlot
+		peeked []peekedFrame // with an RxPeeker: the frames seen in place
 	}
 	stats struct {
 		sync.Mutex
@@ -146,6 +153,7 @@ func New(o Options) (*Endpoint, error) {
 	if o.AckFilter {
 		e.rx.batch = make([]Frame, 0, o.RxBudget)
 		e.rx.slots = make([]ackSlot, o.RxBudget)
+		e.rx.peeked = make([]peekedFrame, o.RxBudget)
 	}
 	e.frag.init()
 	return e, nil
@@ -211,15 +219,16 @@ func (e *Endpoint) SetLinkAddress(a tcpip.LinkAddress) {
 
 // Capabilities implements stack.LinkEndpoint.
 //
-// TX checksum offload is deliberately not advertised: with it, this gVisor
-// leaves every UDP checksum out, including those of datagrams it then
-// fragments, which no NIC can complete (the checksum spans fragments); over
-// IPv4 such datagrams would travel unprotected and over IPv6 they are
-// invalid. TCP checksums still go to the NIC under TSO: gVisor seeds every
-// host-GSO packet for the device to finish (NeedsCsum), and TransmitGSO has
-// the MAC insert them.
+// TX checksum offload is advertised when the device inserts checksums:
+// gVisor then leaves TCP and UDP checksums to the endpoint, which has the
+// MAC insert TCP's and computes UDP's, over whole datagrams for fragmented
+// ones (txcsum.go). Under TSO gVisor seeds every host-GSO packet for the
+// device to finish (NeedsCsum) either way.
 func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	c := stack.CapabilityResolutionRequired
+	if e.info.TxCsum {
+		c |= stack.CapabilityTXChecksumOffload
+	}
 	if e.opts.GRO {
 		// GRO's merged packets carry stale IPv4 checksums and gVisor sets
 		// RXChecksumValidated from this bit for every packet, so the
@@ -312,6 +321,10 @@ func (e *Endpoint) Close() {
 	e.wg.Wait()
 	e.txMu.Lock()
 	_ = e.dev.Close()
+	for _, d := range e.txHeld {
+		e.dropHeld(d)
+	}
+	e.txHeld = nil
 	e.txMu.Unlock()
 	e.mu.Lock()
 	f := e.onClose
@@ -388,8 +401,10 @@ func (e *Endpoint) writePacket(p *stack.PacketBuffer) tcpip.Error {
 			err = e.writeGSO(p, hdr, l3, l4, payload, tso.Options{Type: tso.TCP, MSS: int(gso.MSS),
 				NeedsCsum: gso.NeedsCsum, CsumOffset: int(gso.CsumOffset)})
 		}
+	} else if e.info.TxCsum {
+		// TX offload is advertised: gVisor left the transport checksum.
+		err = e.writeCsum(p)
 	} else {
-		// Checksums are complete: TX offload is not advertised.
 		err = e.dev.Transmit(e.frags, false, p)
 	}
 	if err != nil {
@@ -637,6 +652,16 @@ func (e *Endpoint) rxBatch() (more, failed bool) {
 		return false, false
 	}
 	addr := e.LinkAddress()
+	if pk, ok := e.dev.(RxPeeker); ok && e.opts.AckFilter {
+		return e.rxBatchPeek(d, pk, addr)
+	}
+	return e.rxBatchTake(d, addr, e.opts.AckFilter)
+}
+
+// rxBatchTake takes up to RxBudget frames from the device and hands them
+// up; with filter, the whole batch is taken first and its superseded ACKs
+// dropped.
+func (e *Endpoint) rxBatchTake(d stack.NetworkDispatcher, addr tcpip.LinkAddress, filter bool) (more, failed bool) {
 	more = true // until the NIC says it has nothing left
 	// With the ACK filter the whole batch is taken first, so that ACKs
 	// superseded within it can be dropped (see ackfilter.go); without it,
@@ -655,7 +680,7 @@ func (e *Endpoint) rxBatch() (more, failed bool) {
 			break
 		}
 		got++
-		if !e.opts.AckFilter {
+		if !filter {
 			e.deliver(d, f, addr)
 			continue
 		}
@@ -678,6 +703,80 @@ func (e *Endpoint) rxBatch() (more, failed bool) {
 	e.gro.Flush()
 	return more, failed
 }
+
+// peekedFrame is a frame an RxPeeker showed in place.
+type peekedFrame struct {
+	b          []byte
+	ipOK, l4OK bool
+}
+
+// rxBatchPeek is rxBatch with the ACK filter on a device that shows its
+// waiting frames in place: the run of good frames waiting (up to the
+// budget) is classified where it lies, superseded ACKs are dropped there
+// (RxPeeker.DropRx), and only the rest is taken and handed up, in order.
+// The run ends at the first frame too long to be an ACK (not shown) or one
+// Receive must report (an error); when the batch starts with one, the
+// batch is taken without filtering (a bulk receive sees no ACKs to drop,
+// and would otherwise pay a look at every frame).
+func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpip.LinkAddress) (more, failed bool) {
+	m := 0
+	stop := PeekNone
+	for m < e.opts.RxBudget {
+		b, ip, l4, r := pk.PeekRx(m, maxACKFrame)
+		if r != PeekFrame || b == nil {
+			stop = r
+			if r == PeekFrame {
+				stop = PeekOther // too long to be an ACK: not shown
+			}
+			break
+		}
+		e.rx.peeked[m] = peekedFrame{b: b, ipOK: ip, l4OK: l4}
+		e.rx.slots[m].classify(b)
+		m++
+	}
+	if m == 0 {
+		if stop == PeekNone {
+			return false, false
+		}
+		return e.rxBatchTake(d, addr, false)
+	}
+	slots, peeked := e.rx.slots[:m], e.rx.peeked[:m]
+	dropped := filterSlots(slots, func(j int) bool {
+		_, v := e.softVerify(peeked[j].b, peeked[j].ipOK, peeked[j].l4OK)
+		return v != verdictBad
+	})
+	if dropped > 0 {
+		e.count(func(s *Stats) { s.RxACKsFiltered += uint64(dropped) })
+	}
+	clear(peeked) // the device's memory is not ours past this point
+	more = m == e.opts.RxBudget || stop == PeekOther
+	for k := range slots {
+		var err error
+		if slots[k].drop {
+			err = pk.DropRx()
+		} else {
+			var f Frame
+			if f, err = e.dev.Receive(); err == nil && f == nil {
+				err = errPeekedGone
+			}
+			if err == nil {
+				e.deliver(d, f, addr)
+			}
+		}
+		if err != nil {
+			// A frame PeekRx showed failed (no buffer to hand it up in, a
+			// closed device): end the batch, as rxBatch does.
+			e.count(func(s *Stats) { s.RxNICErrors++ })
+			more, failed = true, k == 0
+			break
+		}
+	}
+	e.gro.Flush()
+	return more, failed
+}
+
+// errPeekedGone: a frame PeekRx showed was not there for Receive.
+var errPeekedGone = errors.New("netstack: a peeked frame was gone")
 
 // ackTrusted reports whether a pure ACK's checksums are good: checked by
 // the hardware, or here (softVerify; a frame classifyACK accepted always

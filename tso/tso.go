@@ -369,7 +369,7 @@ func (s *Segmenter) Next(slot []byte, seg *Segment) error {
 // segment builds a TCP segment or UDP datagram header carrying n payload
 // bytes.
 func (s *Segmenter) segment(i int, hdr []byte, n int, seg *Segment) {
-	h := s.h
+	h := &s.h // a pointer: copying the nine-word Headers is a runtime.duffcopy call on GOARM=7
 	copy(hdr, s.hdr)
 	l4 := hdr[h.L4:]
 	pass := s.o.Type == None || s.count == 1 && !s.o.NeedsCsum && s.o.Type != UDPGSO
@@ -404,7 +404,7 @@ func (s *Segmenter) segment(i int, hdr []byte, n int, seg *Segment) {
 // field) for a packet of ipLen bytes from the start of the IP header.
 // fragOff < 0 means "not a fragment".
 func (s *Segmenter) ipHeader(i int, hdr []byte, ipLen, fragOff int, more bool) {
-	h := s.h
+	h := &s.h
 	ip := hdr[h.L3:]
 	if h.IPv6 {
 		binary.BigEndian.PutUint16(ip[4:], uint16(ipLen-40))
@@ -426,7 +426,7 @@ func (s *Segmenter) ipHeader(i int, hdr []byte, ipLen, fragOff int, more bool) {
 
 // finishIP sets the IPv4 header checksum for the mode.
 func (s *Segmenter) finishIP(hdr []byte, seg *Segment) {
-	h := s.h
+	h := &s.h
 	if h.IPv6 {
 		return
 	}
@@ -440,7 +440,7 @@ func (s *Segmenter) finishIP(hdr []byte, seg *Segment) {
 
 // softIP computes the IPv4 header checksum of hdr.
 func (s *Segmenter) softIP(hdr []byte) {
-	h := s.h
+	h := &s.h
 	if h.IPv6 {
 		return
 	}
@@ -452,7 +452,7 @@ func (s *Segmenter) softIP(hdr []byte) {
 // finishL4 sets the transport checksum of a segment whose transport header
 // and payload total l4len bytes.
 func (s *Segmenter) finishL4(hdr []byte, payload [][]byte, l4len int, seg *Segment) {
-	h := s.h
+	h := &s.h
 	off := h.CsumOff
 	hdr[off], hdr[off+1] = 0, 0
 	switch s.o.Csum {
@@ -480,7 +480,7 @@ func (s *Segmenter) finishL4(hdr []byte, payload [][]byte, l4len int, seg *Segme
 // datagram that fits one packet, the whole datagram without a fragment
 // header).
 func (s *Segmenter) fragment(i int, hdr []byte, seg *Segment) {
-	h := s.h
+	h := &s.h
 	if s.whole {
 		copy(hdr, s.hdr)
 		udp := hdr[h.L4:]

@@ -6,12 +6,14 @@
 TEXT ·sumAligned(SB),NOSPLIT,$0-16
 	MOVW	b_base+0(FP), R0
 	MOVW	b_len+4(FP), R1
+	BIC	$31, R1, R7
+	ADD	R0, R7, R7	// end of the 32-byte blocks
 	ADD	R0, R1, R1	// end
 	MOVW	$0, R2
 	ADD.S	$0, R2, R2	// clear carry
 loop:
-	TEQ	R0, R1		// leaves C alone
-	BEQ	done
+	TEQ	R0, R7		// leaves C alone
+	BEQ	words
 	MOVM.IA.W	(R0), [R3-R6]
 	ADC.S	R3, R2, R2
 	ADC.S	R4, R2, R2
@@ -23,6 +25,12 @@ loop:
 	ADC.S	R5, R2, R2
 	ADC.S	R6, R2, R2
 	B	loop
+words:
+	TEQ	R0, R1
+	BEQ	done
+	MOVW.P	4(R0), R3
+	ADC.S	R3, R2, R2
+	B	words
 done:
 	ADC	$0, R2, R2	// the last carry
 	MOVW	R2, ret+12(FP)

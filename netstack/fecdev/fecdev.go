@@ -88,3 +88,20 @@ func (f *frame) Verified() (bool, bool) { return f.Csum.IPv4, f.Csum.L4 }
 func (f *frame) Release() error { return (*fec.Packet)(f).Release() }
 
 var _ netstack.Device = (*Device)(nil)
+
+// PeekRx implements netstack.RxPeeker.
+func (d *Device) PeekRx(k, max int) ([]byte, bool, bool, netstack.PeekResult) {
+	b, c, st := d.NIC.Peek(k, max)
+	switch st {
+	case fec.PeekFrame:
+		return b, c.IPv4, c.L4, netstack.PeekFrame
+	case fec.PeekNone:
+		return nil, false, false, netstack.PeekNone
+	}
+	return nil, false, false, netstack.PeekOther
+}
+
+// DropRx implements netstack.RxPeeker.
+func (d *Device) DropRx() error { return d.NIC.DropNext() }
+
+var _ netstack.RxPeeker = (*Device)(nil)

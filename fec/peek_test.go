@@ -1,0 +1,105 @@
+package fec_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/fec/fectest"
+)
+
+// TestPeekShowsAndDropNextDropsInPlace: Peek shows the waiting frames in
+// order without taking them, DropNext drops the next one without a packet
+// (counted apart from received frames), Receive then returns the rest in
+// order, and the ring keeps running through many times its size of dropped
+// frames (every buffer comes back to the uDMA; the model checks ownership).
+func TestPeekShowsAndDropNextDropsInPlace(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.RxRing = 16 }})
+	rng := rand.New(rand.NewPCG(3, 4))
+	if _, _, st := r.NIC.Peek(0, 2000); st != fec.PeekNone {
+		t.Fatalf("empty ring: Peek says %v", st)
+	}
+	if err := r.NIC.DropNext(); !errors.Is(err, fec.ErrNotPeekable) {
+		t.Fatalf("empty ring: DropNext: %v", err)
+	}
+	received, dropped := 0, 0
+	for round := 0; round < 40; round++ {
+		var frames [][]byte
+		for i := 0; i < 8; i++ {
+			f := randomFrame(rng, 60+rng.IntN(200), nicMAC)
+			if !r.Model.Deliver(f, fectest.RxOK) {
+				t.Fatalf("round %d frame %d: no descriptor (a dropped buffer was not given back)", round, i)
+			}
+			frames = append(frames, f)
+		}
+		for k, f := range frames {
+			b, _, st := r.NIC.Peek(k, 2000)
+			if st != fec.PeekFrame || !bytes.Equal(b, f) {
+				t.Fatalf("round %d: Peek(%d) = %v, %d bytes; want frame of %d", round, k, st, len(b), len(f))
+			}
+		}
+		if _, _, st := r.NIC.Peek(len(frames), 2000); st != fec.PeekNone {
+			t.Fatalf("round %d: Peek past the last frame says %v", round, st)
+		}
+		// A frame longer than max is reported but not shown.
+		if b, _, st := r.NIC.Peek(0, len(frames[0])-1); st != fec.PeekFrame || b != nil {
+			t.Fatalf("round %d: Peek below the frame's length: %v, %d bytes", round, st, len(b))
+		}
+		for k, f := range frames {
+			if k%3 != 2 {
+				if err := r.NIC.DropNext(); err != nil {
+					t.Fatalf("round %d: DropNext: %v", round, err)
+				}
+				dropped++
+				continue
+			}
+			p, err := r.NIC.Receive()
+			if err != nil || p == nil || !bytes.Equal(p.Data, f) {
+				t.Fatalf("round %d frame %d: Receive after drops: %v %v", round, k, p, err)
+			}
+			p.Release()
+			received++
+		}
+	}
+	st := r.NIC.Stats().Rx
+	if st.Skipped != uint64(dropped) || st.Frames != uint64(received) || st.Dropped() != 0 {
+		t.Fatalf("stats %+v; dropped %d, received %d", st, dropped, received)
+	}
+}
+
+// TestPeekStopsAtFramesReceiveMustReport: a frame with an error is never
+// shown and never dropped by DropNext; Receive reports and counts it as
+// before, and the frames after it can be peeked again.
+func TestPeekStopsAtFramesReceiveMustReport(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	good := randomFrame(rng, 100, nicMAC)
+	r.Model.Deliver(good, fectest.RxOK)
+	r.Model.Deliver(randomFrame(rng, 100, nicMAC), fectest.RxCRC)
+	after := randomFrame(rng, 100, nicMAC)
+	r.Model.Deliver(after, fectest.RxOK)
+	if _, _, st := r.NIC.Peek(0, 2000); st != fec.PeekFrame {
+		t.Fatalf("Peek(0) = %v", st)
+	}
+	if b, _, st := r.NIC.Peek(1, 2000); st != fec.PeekOther || b != nil {
+		t.Fatalf("Peek of a CRC error = %v, %d bytes; want PeekOther", st, len(b))
+	}
+	if err := r.NIC.DropNext(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.NIC.DropNext(); !errors.Is(err, fec.ErrNotPeekable) {
+		t.Fatalf("DropNext of a CRC error: %v", err)
+	}
+	var fe *fec.FrameError
+	if p, err := r.NIC.Receive(); p != nil || !errors.As(err, &fe) || fe.Kind != fec.RxCRC {
+		t.Fatalf("Receive of the CRC error: %v %v", p, err)
+	}
+	if b, _, st := r.NIC.Peek(0, 2000); st != fec.PeekFrame || !bytes.Equal(b, after) {
+		t.Fatalf("Peek after the error: %v", st)
+	}
+	if st := r.NIC.Stats().Rx; st.CRC != 1 || st.Skipped != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -1,0 +1,13 @@
+//go:build arm
+
+package fec
+
+// storeWord writes v to *p with one 32-bit STR (store_arm.s). An aligned
+// word store is single-copy atomic on ARMv7 (ARM ARM A3.5.3), which is all
+// the uDMA needs of a descriptor word; the order of descriptor stores is
+// the callers' Barrier's business, as in Linux's fec_main.c (plain writes,
+// then dma_wmb before the status word). sync/atomic's StoreUint32 costs a
+// LDREX/STREX loop with two DMBs per word on GOARM=7.
+//
+//go:noescape
+func storeWord(p *uint32, v uint32)

@@ -1,0 +1,198 @@
+// Command tamanic-cost measures where the firmware's guest instructions go,
+// exactly: it boots the firmware under QEMU with -icount shift=0,sleep=off
+// (as tamanic-bench's icount boot), runs the transfers asked for, and
+// prints for each the guest's busy instructions per MiB split by the
+// firmware's stage timers. With -iprof it also loads a small QEMU TCG
+// plugin (plugin/icprof.c, compiled with the host's C compiler on first use) that
+// counts every guest instruction executed, by translation block, and
+// prints the instructions per MiB of each function and stage (the names
+// of qemu.Stage): unlike the PC sampling of tamanic-bench, which is
+// weighted by host time (generic-timer reads and device registers weigh
+// far more than their count), these are the instructions themselves.
+// -callers also counts the calls into the named functions by caller (for
+// runtime helpers such as runtime.duffcopy, whose cost belongs to whoever
+// calls them).
+//
+// Example, the sg+tso guest->host transfer after one warm-up:
+//
+//	go run ./qemu/cmd/tamanic-cost -warm -iprof 40 -cfg tx:tso:512
+//
+// It needs qemu-system-arm with TCG plugin support (Debian's has it) and,
+// for -iprof, a C compiler (cc).
+package main
+
+import (
+	"context"
+	_ "embed"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tamanic/tamanic/qemu"
+)
+
+//go:embed plugin/icprof.c
+var pluginSource []byte
+
+func flatten(prefix string, v any, out map[string]float64) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, vv := range x {
+			flatten(prefix+"."+k, vv, out)
+		}
+	case float64:
+		out[prefix] = x
+	}
+}
+
+func main() {
+	size := flag.Int64("size", 16<<20, "bytes per transfer")
+	cfgs := flag.String("cfg", "tx:bounce:512,tx:sg:512,tx:tso:512,rx:tso:512", "transfers, comma-separated: direction (tx: guest to host, rx: host to guest), TX mode, RX copybreak")
+	runs := flag.Int("runs", 1, "runs per transfer")
+	warm := flag.Bool("warm", false, "one unmeasured transfer of the first configuration first (the first transfer after boot costs more)")
+	board := flag.String("board", "mx6ullevk", "firmware board")
+	out := flag.String("o", "build/cost", "output directory (firmware, plugin, profile dumps)")
+	dump := flag.Bool("dump", false, "print every firmware counter that changed, per MiB")
+	iprof := flag.Int("iprof", 0, "instruction-count profile: print the top N functions (0: none)")
+	callers := flag.String("callers", "", "with -iprof: comma-separated functions whose calls to count by caller")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if why := qemu.Missing(); why != "" {
+		fail(fmt.Errorf("cannot run: %s", why))
+	}
+	root, _ := filepath.Abs(".")
+	dir, _ := filepath.Abs(*out)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fail(err)
+	}
+	elf, err := qemu.Build(ctx, root, dir, *board)
+	if err != nil {
+		fail(err)
+	}
+	var args []string
+	var pr *profiler
+	if *iprof > 0 {
+		if pr, err = newProfiler(dir, elf, *callers); err != nil {
+			fail(err)
+		}
+		args = pr.qemuArgs()
+	}
+	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: *board, Icount: true, Args: args})
+	if err != nil {
+		fail(err)
+	}
+	defer m.Stop()
+	fmt.Printf("# %s\n", m.CommandLine())
+	if err := m.SetSinkHash(false); err != nil {
+		fail(err)
+	}
+	list := strings.Split(*cfgs, ",")
+	if *warm {
+		list = append([]string{"warm:" + list[0]}, list...)
+	}
+	for _, c := range list {
+		warmup := strings.HasPrefix(c, "warm:")
+		f := strings.Split(strings.TrimPrefix(c, "warm:"), ":")
+		if len(f) != 3 {
+			fail(fmt.Errorf("transfer %q: want dir:mode:copybreak", c))
+		}
+		cb, err := strconv.Atoi(f[2])
+		if err != nil {
+			fail(fmt.Errorf("transfer %q: %w", c, err))
+		}
+		if err := m.SetMode(f[1], cb); err != nil {
+			fail(err)
+		}
+		n := *runs
+		if warmup {
+			n = 1
+		}
+		for i := 0; i < n; i++ {
+			var before map[uint64]uint64
+			if pr != nil && !warmup {
+				if before, err = pr.snapshot(); err != nil {
+					fail(err)
+				}
+			}
+			s0, err := m.Stats()
+			if err != nil {
+				fail(err)
+			}
+			if f[0] == "tx" {
+				_, err = m.Receive(*size, 5*time.Minute)
+			} else {
+				var sr qemu.SinkResult
+				if sr, err = m.Send(*size, 5*time.Minute); err == nil && sr.Bytes != *size {
+					err = fmt.Errorf("guest received %d of %d bytes", sr.Bytes, *size)
+				}
+			}
+			if err != nil {
+				fail(fmt.Errorf("%s: %w\n%s", c, err, m.Console()))
+			}
+			s1, err := m.Stats()
+			if err != nil {
+				fail(err)
+			}
+			if warmup {
+				fmt.Printf("%s: done\n", c)
+				continue
+			}
+			a, b := map[string]float64{}, map[string]float64{}
+			flatten("", s0, a)
+			flatten("", s1, b)
+			mib := float64(*size) / (1 << 20)
+			d := func(k string) float64 { return (b[k] - a[k]) / mib }
+			busy := d(".uptime_ns") - d(".idle_ns")
+			irq, rx, tx := d(".nic.irq_ns"), d(".nic.endpoint.RxNs"), d(".nic.endpoint.TxNs")
+			fmt.Printf("%s #%d: busy %.3f M instructions/MiB: IRQ %.3f M, endpoint RX %.3f M, endpoint TX %.3f M, rest %.3f M; %.0f interrupts, %.0f RX passes per MiB\n",
+				c, i, busy/1e6, irq/1e6, rx/1e6, tx/1e6, (busy-irq-rx-tx)/1e6, d(".nic.irqs"), d(".nic.endpoint.RxBatches"))
+			if *dump {
+				var ks []string
+				for k := range b {
+					if b[k] != a[k] {
+						ks = append(ks, k)
+					}
+				}
+				sort.Strings(ks)
+				for _, k := range ks {
+					fmt.Printf("    %-50s %14.1f per MiB\n", strings.TrimPrefix(k, "."), d(k))
+				}
+			}
+			if pr != nil {
+				after, err := pr.snapshot()
+				if err != nil {
+					fail(err)
+				}
+				pr.report(os.Stdout, before, after, mib, *iprof)
+			}
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "tamanic-cost:", err)
+	os.Exit(1)
+}
+
+// buildPlugin compiles icprof.c into dir.
+func buildPlugin(dir string) (string, error) {
+	src, so := filepath.Join(dir, "icprof.c"), filepath.Join(dir, "icprof.so")
+	if err := os.WriteFile(src, pluginSource, 0o644); err != nil {
+		return "", err
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if out, err := exec.Command(cc, "-O2", "-shared", "-fPIC", "-o", so, src, "-lpthread").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("compiling the QEMU plugin: %v\n%s", err, out)
+	}
+	return so, nil
+}
