@@ -42,7 +42,9 @@ type Config struct {
 	// MaxFrame is the longest frame without FCS (default 1518: a
 	// VLAN-tagged 1500-byte MTU). At most Caps.MaxFrame.
 	MaxFrame int
-	// Strategy is the initial TX placement strategy (default bounce.SG).
+	// Strategy is the initial TX placement strategy. The zero value is
+	// bounce.Bounce (every frame copied whole); set bounce.SG for
+	// scatter-gather with two-descriptor header alignment.
 	Strategy bounce.Strategy
 	// Copybreak is the initial RX copybreak in bytes; frames up to it are
 	// copied and the ring buffer reposted at once. Default DefaultCopybreak;
