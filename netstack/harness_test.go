@@ -66,6 +66,9 @@ type hostOptions struct {
 	txRing  int
 	rxRing  int
 	noTrace bool
+	// wrap, if set, puts a link endpoint of its own between the stack
+	// and the host's endpoint (host i), e.g. a tap that records segments.
+	wrap func(ep stack.LinkEndpoint, i byte) stack.LinkEndpoint
 }
 
 func newHost(t testing.TB, i byte, o hostOptions) *host {
@@ -97,7 +100,11 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
-	if err := s.CreateNIC(1, ep); err != nil {
+	var lep stack.LinkEndpoint = ep
+	if o.wrap != nil {
+		lep = o.wrap(ep, i)
+	}
+	if err := s.CreateNIC(1, lep); err != nil {
 		t.Fatalf("CreateNIC: %v", err)
 	}
 	h := &host{rig: rig, ep: ep, s: s, v4: tcpip.AddrFrom4([4]byte{10, 0, 0, i}),
@@ -115,9 +122,12 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
-	if *campaignSACK {
-		sack := tcpip.TCPSACKEnabled(true)
-		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	// SACK as the firmware has it (off; app.NewStack): gVisor's default is
+	// on, and its SACK recovery crawls after a tail loss
+	// (TestGVisorTailLossCrawlsWithSACK).
+	sack := tcpip.TCPSACKEnabled(*campaignSACK)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		t.Fatalf("SACK: %v", err)
 	}
 	// The interrupt handler, as the GIC would run it.
 	stop := make(chan struct{})
