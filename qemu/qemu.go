@@ -523,6 +523,31 @@ func (m *Ports) PostMode(query, authorization string) (*http.Response, error) {
 	return m.client().Do(req)
 }
 
+// PostGC asks the firmware for a full garbage collection (POST /gc, with
+// the harness's control token) and returns the runtime statistics it
+// answers after it.
+func (m *Ports) PostGC() (map[string]any, error) {
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/gc", m.HTTPPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+ControlToken)
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST /gc: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("POST /gc: %s: %s", resp.Status, b)
+	}
+	var r map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("POST /gc: %w", err)
+	}
+	return r, nil
+}
+
 // client is an HTTP client that reaches the guest through Dial when set.
 func (m *Ports) client() *http.Client {
 	c := &http.Client{Timeout: 60 * time.Second}

@@ -9,9 +9,10 @@
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo;
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
-//     GET / (a small status page). POST /mode needs the header
+//     POST /gc (a full garbage collection, then the runtime statistics),
+//     GET / (a small status page). POST /mode and POST /gc need the header
 //     "Authorization: Bearer <token>" with the image's control token; an
-//     image built without one refuses every POST /mode (403);
+//     image built without one refuses them (403);
 //   - TCP and UDP 5201: an iperf3 server.
 //
 // Sink, source and HTTP are bounded (Limits, limits.go): connections per
@@ -29,6 +30,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +158,7 @@ func (s *Server) Start() error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
+	mux.HandleFunc("POST /gc", s.gc)
 	mux.HandleFunc("GET /{$}", s.index)
 	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
@@ -284,6 +287,24 @@ func (s *Server) authorised(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// gc runs full garbage collections and answers the runtime statistics
+// after it (the /stats "runtime" member): heap_alloc is then the live
+// heap, which a soak compares across load rounds to tell a leak from the
+// runtime keeping spans it has not needed to give back (heap_inuse). It
+// needs the control token: a collection stops the world, and anyone who
+// could trigger them at will could take the CPU.
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+	if !s.authorised(w, r) {
+		return
+	}
+	// Twice: objects in sync.Pool caches (gVisor's buffers among them)
+	// survive one collection in the pools' victim caches.
+	runtime.GC()
+	runtime.GC()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(runtimeStats())
 }
 
 func (s *Server) mode(w http.ResponseWriter, r *http.Request) {
