@@ -1,18 +1,14 @@
 package app
 
 import (
-	"context"
 	"encoding/binary"
 	"io"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
-	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -78,27 +74,12 @@ func (d *tailDropper) lose(p *stack.PacketBuffer) bool {
 // TestGVisorTailLossCrawlsWithSACK on gVisor's own endpoints). NewStack
 // turns SACK off, so the timeout resends the flight in slow start.
 func TestTailLossRecoversAtOnce(t *testing.T) {
-	a, b := netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.2/24")
-	m1, m2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
-	e1, e2 := pipe.New(tcpip.LinkAddress(m1[:]), tcpip.LinkAddress(m2[:]), 1500)
 	const total = 1 << 20
 	d := &tailDropper{n: total, seen: map[uint32]bool{}}
-	d.Endpoint.Init(e2, d)
-	s1, err := NewStack(e1, m1, a, b.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s1.Close()
-	s2, err := NewStack(d, m2, b, a.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	l, err := gonet.ListenTCP(s1, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	s2, l, dial := stackPair(t, func(e stack.LinkEndpoint) stack.LinkEndpoint {
+		d.Endpoint.Init(e, d)
+		return d
+	})
 	got := make(chan int64, 1)
 	go func() {
 		c, err := l.Accept()
@@ -111,13 +92,7 @@ func TestTailLossRecoversAtOnce(t *testing.T) {
 		n, _ := io.Copy(io.Discard, c)
 		got <- n
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := gonet.DialContextTCP(ctx, s2, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetDeadline(time.Now().Add(time.Minute))
+	c := dial()
 	if _, err := c.Write(make([]byte, total)); err != nil {
 		t.Fatal(err)
 	}
