@@ -2,6 +2,7 @@ package sabrelite
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tamanic/tamanic/board/internal/phylink"
@@ -53,13 +54,14 @@ var (
 // programs the KSZ9021's RGMII skews when that is the PHY, autonegotiates
 // (1000 full advertised, RGMII), programs the MAC for the result and
 // watches the link until stop is closed (nil: for as long as the board
-// runs), so the MAC follows a flap or a partner at another speed. It
+// runs), so the MAC follows a flap or a partner at another speed, each
+// change written on log (nil: none). It
 // returns the PHY's ID and the link; a link not up yet is reported as an
 // error but watched all the same.
 //
 // The KSZ9021's hardware reset line (GPIO3_IO23 on the SABRE Lite) and
 // its strap pins are not driven here: the boot loader has done that.
-func SetupPHY(n *fec.NIC, stop <-chan struct{}) (uint32, fec.Link, error) {
+func SetupPHY(n *fec.NIC, stop <-chan struct{}, log io.Writer) (uint32, fec.Link, error) {
 	addrs := []int{PHYAddr}
 	for a := 0; a < 32; a++ {
 		if a != PHYAddr {
@@ -90,7 +92,7 @@ func SetupPHY(n *fec.NIC, stop <-chan struct{}) (uint32, fec.Link, error) {
 		return nil
 	}
 	p, err := phylink.Start(n, phylink.Config{Name: "sabrelite: ENET", Link: fec.LinkConfig{Addrs: addrs,
-		ResetTimeout: PHYResetTimeout, ANTimeout: ANTimeout, AfterReset: skews}}, stop)
+		ResetTimeout: PHYResetTimeout, ANTimeout: ANTimeout, AfterReset: skews}, Log: log}, stop)
 	switch {
 	case err != nil:
 		return id, fec.Link{}, err

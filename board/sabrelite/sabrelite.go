@@ -25,6 +25,7 @@ package sabrelite
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -146,7 +147,7 @@ func ENET(cfg fec.Config) (*fec.NIC, PHYInfo, error) {
 	if err := n.Init(); err != nil {
 		return nil, pi, fmt.Errorf("sabrelite: ENET init: %w", err)
 	}
-	pi.ID, pi.Link, pi.Error = SetupPHY(n, nil)
+	pi.ID, pi.Link, pi.Error = SetupPHY(n, nil, os.Stdout)
 	// IRQs are unmasked by ServiceInterrupts once its goroutine sleeps
 	// (unmasking earlier loses an interrupt that arrives first).
 	IC.Init()

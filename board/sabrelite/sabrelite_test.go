@@ -218,7 +218,7 @@ func stopAtEnd(t *testing.T) chan struct{} {
 func TestSetupPHYKSZ9021(t *testing.T) {
 	r, tap := setupRig(t, true)
 	tap.writes = nil
-	id, l, err := SetupPHY(r.NIC, stopAtEnd(t))
+	id, l, err := SetupPHY(r.NIC, stopAtEnd(t), nil)
 	if err != nil || id != 0x00221611 {
 		t.Fatalf("id %#x err %v", id, err)
 	}
@@ -247,7 +247,7 @@ func TestSetupPHYOther(t *testing.T) {
 	// no extended-register writes.
 	r, tap := setupRig(t, false)
 	tap.writes = nil
-	id, _, err := SetupPHY(r.NIC, stopAtEnd(t))
+	id, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil)
 	if err != nil || id&KSZ9021IDMask == KSZ9021ID {
 		t.Fatalf("id %#x err %v", id, err)
 	}
@@ -263,7 +263,7 @@ func TestSetupPHYMissing(t *testing.T) {
 	r := fectest.NewRig(t, fectest.RigOptions{SoC: fec.IMX6Q,
 		Model:  func(o *fectest.Options) { o.PHYAddr = 40 }, // answers nowhere
 		Config: func(c *fec.Config) { tap.Regs = c.Regs; c.Regs = tap }})
-	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t)); err == nil || errors.Is(err, fec.ErrTimeout) {
+	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil); err == nil || errors.Is(err, fec.ErrTimeout) {
 		t.Fatalf("no PHY: %v", err)
 	}
 }
@@ -273,7 +273,7 @@ func TestSetupPHYMissing(t *testing.T) {
 // reprograms it (before, the SABRE Lite autonegotiated once at boot).
 func TestSetupPHYWatchesTheLink(t *testing.T) {
 	r, _ := setupRig(t, true)
-	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t)); err != nil {
+	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil); err != nil {
 		t.Fatal(err)
 	}
 	wait := func(want fec.Link) {

@@ -1,8 +1,8 @@
 // Package phylink is the link management every board's ENET shares: take
 // over the PHY once (package fec's StartLink: find it, reset it, reapply
 // the board's settings, autonegotiate, program the MAC for the result) and
-// then poll it for as long as the board runs (WatchLink), so that the MAC
-// follows every change: a cable pulled and put back, a partner that comes
+// then poll it for as long as the board runs (as fec's WatchLink, with each
+// change on the console), so that the MAC follows every change: a cable pulled and put back, a partner that comes
 // back at another speed or duplex. A board differs only in its Config.
 //
 // It is plain Go on package fec, so it is tested on the host against the
@@ -35,7 +35,8 @@ type Config struct {
 	NoReset bool
 	// Poll overrides the link poll interval (default Poll).
 	Poll time.Duration
-	// Log receives the one line saying that no PHY answers (nil: none).
+	// Log receives a line for the PHY found and its link, or for no PHY
+	// answering, and one for every link change (nil: none).
 	Log io.Writer
 }
 
@@ -66,8 +67,29 @@ func Start(n *fec.NIC, c Config, stop <-chan struct{}) (*fec.PHY, error) {
 	if poll == 0 {
 		poll = Poll
 	}
-	go p.WatchLink(poll, stop)
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, "%s: PHY %d, link %v\n", c.Name, p.Addr, n.Link())
+	}
+	go watch(p, c, poll, stop)
 	return p, nil
+}
+
+// watch is fec.PHY.WatchLink with every change written on c.Log ("link
+// down", "link 100 Mb/s full duplex"), as Linux logs them. Poll errors
+// are counted by package fec and polling goes on.
+func watch(p *fec.PHY, c Config, poll time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if l, changed, _ := p.PollLink(); changed && c.Log != nil {
+			fmt.Fprintf(c.Log, "%s: link %v\n", c.Name, l)
+		}
+	}
 }
 
 // adopt finds the PHY and restarts autonegotiation without resetting the

@@ -2,6 +2,7 @@ package phylink
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +29,9 @@ func TestStartWatchesTheLink(t *testing.T) {
 	for _, noReset := range []bool{false, true} {
 		r := fectest.NewRig(t, fectest.RigOptions{})
 		stop := make(chan struct{})
+		log := &syncLog{}
 		p, err := Start(r.NIC, Config{Name: "test", Link: fec.LinkConfig{Poll: time.Microsecond}, NoReset: noReset,
-			Poll: time.Millisecond}, stop)
+			Poll: time.Millisecond, Log: log}, stop)
 		if err != nil || p == nil {
 			t.Fatalf("noReset %v: %v %v", noReset, p, err)
 		}
@@ -49,7 +51,30 @@ func TestStartWatchesTheLink(t *testing.T) {
 		if st.LinkDowns < 2 || st.LinkUps < 2 {
 			t.Errorf("noReset %v: %d link downs, %d ups counted", noReset, st.LinkDowns, st.LinkUps)
 		}
+		for _, want := range []string{"test: PHY 2, link", "test: link down", "test: link 10 Mb/s half duplex", "test: link 100 Mb/s full duplex"} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("noReset %v: no %q in the log:\n%s", noReset, want, log)
+			}
+		}
 	}
+}
+
+// syncLog is a log written by the watch goroutine and read by the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestStartWithoutPHY: no PHY answers: no error, no watch, a line says so,
