@@ -264,8 +264,8 @@ func TestSoak(t *testing.T) {
 	}
 	if len(failures) > 0 {
 		s, err := m.Stats()
-		t.Fatalf("after %v: %d MiB to the sink, %d MiB from the source, %d echoes; /stats %v (%v)\nconsole:\n%s",
-			el.Round(time.Second), sunk.Load()>>20, sourced.Load()>>20, echoes.Load(), s, err, tail(m.Console(), 40))
+		t.Fatalf("after %v: %d MiB to the sink, %d MiB from the source, %d echoes; sink transfers unlike the pattern (where): %v; /stats %v (%v)\nconsole:\n%s",
+			el.Round(time.Second), sunk.Load()>>20, sourced.Load()>>20, echoes.Load(), get(s, "sink_pattern"), s, err, tail(m.Console(), 40))
 	}
 	if len(samples) == 0 {
 		t.Fatal("no /stats sample")

@@ -128,6 +128,7 @@ type Server struct {
 		Bytes  int64  `json:"bytes"`
 		SHA256 string `json:"sha256"`
 	}
+	sinkPattern SinkPatternStats
 }
 
 // Start listens on every port and serves in background goroutines.
@@ -173,6 +174,7 @@ func (s *Server) serveSink(c net.Conn) {
 	buf := make([]byte, 64<<10)
 	var n int64
 	var first time.Time
+	var pc patternCheck
 	for {
 		k, err := c.Read(buf)
 		if k > 0 {
@@ -182,6 +184,7 @@ func (s *Server) serveSink(c net.Conn) {
 			n += int64(k)
 			if hash {
 				h.Write(buf[:k])
+				pc.add(buf[:k])
 			}
 		}
 		if err != nil {
@@ -200,6 +203,9 @@ func (s *Server) serveSink(c net.Conn) {
 	s.mu.Lock()
 	s.lastSink.Bytes, s.lastSink.SHA256 = n, strings.TrimPrefix(sum, "-")
 	s.mu.Unlock()
+	if hash {
+		s.recordPattern(&pc)
+	}
 	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
@@ -245,8 +251,11 @@ type Stats struct {
 	TxMode    string `json:"tx_mode"`
 	Copybreak int    `json:"copybreak"`
 	LastSink  any    `json:"last_sink"`
-	NIC       any    `json:"nic"`
-	IPv4      any    `json:"ipv4,omitempty"`
+	// SinkPattern compares what the sink received with the pattern (while
+	// it hashes).
+	SinkPattern SinkPatternStats `json:"sink_pattern"`
+	NIC         any              `json:"nic"`
+	IPv4        any              `json:"ipv4,omitempty"`
 	// Limits and Runtime are limits.go's: connections per service, the
 	// heap and goroutines.
 	Limits  LimitStats   `json:"limits"`
@@ -257,9 +266,11 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	tx, cb := s.Ctl.Mode()
 	s.mu.Lock()
 	last := s.lastSink
+	sp := s.sinkPattern
+	sp.Recent = append([]PatternDiff(nil), sp.Recent...)
 	s.mu.Unlock()
 	st := Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
-		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()}
+		TxMode: tx, Copybreak: cb, LastSink: last, SinkPattern: sp, NIC: s.Ctl.Stats()}
 	if s.Net != nil {
 		st.IPv4 = s.Net.Status()
 	}
