@@ -163,6 +163,10 @@ type Options struct {
 	// Monitor opens QEMU's human monitor on a Unix socket, for
 	// Machine.SetLink (instead of -monitor none).
 	Monitor bool
+	// Pcap, when set, is a file QEMU records the frames of Boot's NIC in
+	// (filter-dump on its user network, the first 128 bytes of each:
+	// headers, for sequence numbers and lengths).
+	Pcap string
 }
 
 // E1000ENet is the e1000e's user network and E1000EGuest the firmware's
@@ -296,9 +300,15 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		m.nic = "imx.enet.1"
 	}
 	m.Args = append(append([]string{}, machine...),
-		"-nographic", "-monitor", mon, "-serial", "stdio",
-		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1,"+fwd,
-		"-kernel", o.ELF, "-semihosting")
+		"-nographic", "-monitor", mon, "-serial", "stdio")
+	user := "user,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1," + fwd
+	if o.Pcap == "" {
+		m.Args = append(m.Args, "-nic", "user,model=imx.enet,"+strings.TrimPrefix(user, "user,"))
+	} else {
+		m.Args = append(m.Args, "-netdev", user+",id=tamanicnet", "-net", "nic,model=imx.enet,netdev=tamanicnet",
+			"-object", "filter-dump,id=tamanicdump,netdev=tamanicnet,maxlen=128,file="+o.Pcap)
+	}
+	m.Args = append(m.Args, "-kernel", o.ELF, "-semihosting")
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)
 	}

@@ -28,6 +28,7 @@ var (
 	soakFor   = flag.Duration("soak", 0, "run the soak for this long (0: skip it)")
 	soakConns = flag.Int("soak.conns", 64, "concurrent TCP connections, half to the sink and half from the source")
 	soakChunk = flag.Int64("soak.chunk", 1<<20, "bytes per soak connection")
+	soakPcap  = flag.String("soak.pcap", "", "record the headers of every frame of the firmware's network in this pcap file")
 )
 
 // soakSample is one /stats reading.
@@ -99,7 +100,7 @@ func TestSoak(t *testing.T) {
 	elf := firmware(t, "mx6ullevk")
 	ctx, cancel := context.WithTimeout(context.Background(), *soakFor+5*time.Minute)
 	defer cancel()
-	m, err := Boot(ctx, Options{ELF: elf, Board: "mx6ullevk"})
+	m, err := Boot(ctx, Options{ELF: elf, Board: "mx6ullevk", Pcap: *soakPcap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +147,13 @@ func TestSoak(t *testing.T) {
 				for time.Now().Before(deadline) {
 					conns.Add(1)
 					if i%2 == 0 {
-						r, sum, err := sendChecked(m.Ports, chunk, 2*time.Minute)
+						r, sum, port, err := sendChecked(m.Ports, chunk, 2*time.Minute)
 						if err != nil {
-							fail("sink connection: %v", err)
+							fail("sink connection from port %d: %v", port, err)
 							return
 						}
 						if r != chunk || sum != wantSum {
-							fail("sink got %d of %d bytes, SHA-256 %s, want %s", r, chunk, sum, wantSum)
+							fail("sink connection from port %d got %d of %d bytes, SHA-256 %s, want %s", port, r, chunk, sum, wantSum)
 							return
 						}
 						sunk.Add(chunk)
@@ -304,30 +305,32 @@ func TestSoak(t *testing.T) {
 }
 
 // sendChecked streams n bytes of the pattern to the sink and returns the
-// byte count and SHA-256 the firmware replied.
-func sendChecked(p Ports, n int64, timeout time.Duration) (int64, string, error) {
+// byte count and SHA-256 the firmware replied, and the connection's local
+// port (the guest sees it as the source port).
+func sendChecked(p Ports, n int64, timeout time.Duration) (int64, string, int, error) {
 	c, err := dial(p.SinkPort, timeout)
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	defer c.Close()
+	port := c.LocalAddr().(*net.TCPAddr).Port
 	if _, err := io.Copy(c, app.PatternStream(n)); err != nil {
-		return 0, "", fmt.Errorf("sending: %w", err)
+		return 0, "", port, fmt.Errorf("sending: %w", err)
 	}
 	c.(*net.TCPConn).CloseWrite()
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return 0, "", fmt.Errorf("reply: %w", err)
+		return 0, "", port, fmt.Errorf("reply: %w", err)
 	}
 	f := strings.Fields(line)
 	if len(f) != 5 {
-		return 0, "", fmt.Errorf("reply %q: want 5 fields", line)
+		return 0, "", port, fmt.Errorf("reply %q: want 5 fields", line)
 	}
 	var got int64
 	if _, err := fmt.Sscan(f[0], &got); err != nil {
-		return 0, "", fmt.Errorf("reply %q: %w", line, err)
+		return 0, "", port, fmt.Errorf("reply %q: %w", line, err)
 	}
-	return got, f[4], nil
+	return got, f[4], port, nil
 }
 
 func tail(s string, n int) string {
@@ -431,7 +434,7 @@ func TestConnectFlood(t *testing.T) {
 func probeEach(p Ports) map[string]error {
 	r := map[string]error{}
 	_, r["stats"] = p.Stats()
-	if n, sum, err := sendChecked(p, 64<<10, 10*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
+	if n, sum, _, err := sendChecked(p, 64<<10, 10*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
 		r["sink"] = fmt.Errorf("sink: %d bytes, %v", n, errors.Join(err))
 	} else {
 		r["sink"] = nil
@@ -446,7 +449,7 @@ func probe(p Ports) error {
 	if _, err := p.Stats(); err != nil {
 		return fmt.Errorf("/stats: %w", err)
 	}
-	if n, sum, err := sendChecked(p, 64<<10, 20*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
+	if n, sum, _, err := sendChecked(p, 64<<10, 20*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
 		return fmt.Errorf("sink: %d bytes, %v", n, errors.Join(err))
 	}
 	if _, err := p.Receive(64<<10, 20*time.Second); err != nil {
