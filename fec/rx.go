@@ -170,9 +170,14 @@ func (r *rxRing) free(n *NIC) error {
 }
 
 // reset rebuilds the ring with every buffer empty and owned by the uDMA.
+// On a restart the uDMA may have written any of them (frames not yet
+// received, or cut short): each is taken back whole before it is handed
+// over again.
 func (r *rxRing) reset(n *NIC) {
 	for i := 0; i < r.r.n; i++ {
-		if !r.posted {
+		if r.posted {
+			r.takeBack(n, i)
+		} else {
 			n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
 		}
 		r.fill(n, i)
@@ -197,6 +202,18 @@ func (r *rxRing) fill(n *NIC, i int) {
 	}
 	n.mem.Barrier()
 	r.r.store(i, dwLenStatus, lenStatus(0, uint16(st)))
+}
+
+// takeBack takes back descriptor i's whole buffer, which the uDMA may have
+// written for a frame that is not handed up (with an error status the
+// length is not to be trusted), and hands it over again. Otherwise those
+// bytes would stay device-written, un-invalidated, until a later shorter
+// frame in that buffer is handed up zero-copy and the buffer leaves the
+// ring with only that frame's length invalidated. Errors and restarts are
+// rare, so the whole buffer costs nothing that matters.
+func (r *rxRing) takeBack(n *NIC, i int) {
+	n.mem.SyncForCPU(r.bufs[i], dma.FromDevice)
+	n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
 }
 
 // repost returns descriptor i to the uDMA and advances.
@@ -260,11 +277,13 @@ func (n *NIC) Receive() (*Packet, error) {
 				r.dropping = true
 				r.stats.count(RxMultiBuffer)
 			}
+			r.takeBack(n, i)
 			r.repost(n, i)
 			continue
 		}
 		if r.dropping {
 			r.dropping = false
+			r.takeBack(n, i)
 			r.repost(n, i)
 			return nil, &FrameError{Kind: RxMultiBuffer, Status: st, Ext: e0, Len: length}
 		}
@@ -297,6 +316,7 @@ func (n *NIC) Receive() (*Packet, error) {
 		}
 		if kind != 0 {
 			r.stats.count(kind)
+			r.takeBack(n, i)
 			r.repost(n, i)
 			return nil, &FrameError{Kind: kind, Status: st, Ext: e0, Len: length}
 		}

@@ -60,7 +60,7 @@ func burstLoss(t *testing.T, sack, both bool, burst int) (timeouts, retrans uint
 
 // TestBurstLossRecovery is the campaign's reproducer (issue 17): 60 data
 // segments lost at once, one way or while the other direction carries a
-// bulk transfer too, with gVisor's SACK off (its default) and on. It
+// bulk transfer too, with SACK off (the firmware's setting) and on (gVisor's default). It
 // checks every byte and logs the sender's retransmission timeouts; the
 // watchdog logs both stacks' state if the transfer stops for 10 s. Run it
 // with -burstloss: the stall it shows costs tens of seconds.

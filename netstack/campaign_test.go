@@ -28,7 +28,7 @@ var (
 	campaignReps = flag.Int("campaign", 0, "repetitions of each stall-campaign configuration (0: skip the campaign)")
 	campaignSize = flag.Int64("campaign.size", 4<<20, "bytes per direction of each campaign transfer")
 	campaignOut  = flag.String("campaign.out", "", "directory for the evidence of slow or stalled transfers (default: a new one under the system temp dir)")
-	campaignSACK = flag.Bool("campaign.sack", false, "turn SACK on in the test stacks (gVisor has it off by default)")
+	campaignSACK = flag.Bool("campaign.sack", false, "turn SACK on in the test stacks (gVisor's default is on; the test stacks, like the firmware's, run with it off)")
 	campaignOnly = flag.String("campaign.only", "", "run only configurations whose name contains this")
 )
 

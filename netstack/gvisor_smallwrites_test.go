@@ -8,11 +8,12 @@ import (
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/tamanic/tamanic/internal/stacktest"
 )
 
 // channelPair joins two gVisor stacks with gVisor's own channel link
@@ -24,23 +25,9 @@ import (
 func channelPair(t testing.TB, drop ...func(from int, pkt []byte) bool) (a, b *host) {
 	mk := func(i byte) (*host, *channel.Endpoint) {
 		ch := channel.New(1024, 1500, "")
-		s := stack.New(stack.Options{
-			NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-			TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
-		})
-		if err := s.CreateNIC(1, ch); err != nil {
-			t.Fatal(err)
-		}
-		h := &host{s: s, v4: tcpip.AddrFrom4([4]byte{10, 0, 0, i})}
-		if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
-			AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v4, PrefixLen: 24}}, stack.AddressProperties{}); err != nil {
-			t.Fatal(err)
-		}
-		s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}})
-		sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-		rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
-		s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+		st := stacktest.New(t, ch, i, stacktest.Options{IPv4Only: true})
+		h := &host{st: st, s: st.S, v4: st.V4}
+		st.Diag = h.diag
 		return h, ch
 	}
 	a, ca := mk(1)
@@ -71,10 +58,8 @@ func channelPair(t testing.TB, drop ...func(from int, pkt []byte) bool) (a, b *h
 		cancel()
 		<-done
 		<-done
-		a.s.Close()
-		b.s.Close()
-		a.s.Wait()
-		b.s.Wait()
+		a.st.Close()
+		b.st.Close()
 	})
 	return a, b
 }

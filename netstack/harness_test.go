@@ -1,33 +1,20 @@
 package netstack_test
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
-	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/tamanic/tamanic/bounce"
 	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/internal/stacktest"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/netstack/fecdev"
 )
@@ -50,13 +37,14 @@ var modes = []mode{
 	{"sg+tso+gro+ackfilter", bounce.SG, true, true, true}, // the firmware's
 }
 
-// host is one gVisor stack on one ENET model.
+// host is one gVisor stack (internal/stacktest) on one ENET model.
 type host struct {
 	rig   *fectest.Rig
 	ep    *netstack.Endpoint
-	s     *stack.Stack
-	v4    tcpip.Address
-	v6    tcpip.Address
+	st    *stacktest.Host
+	s     *stack.Stack  // st.S
+	v4    tcpip.Address // st.V4
+	v6    tcpip.Address // st.V6
 	close func()
 }
 
@@ -66,6 +54,9 @@ type hostOptions struct {
 	txRing  int
 	rxRing  int
 	noTrace bool
+	// wrap, if set, puts a link endpoint of its own between the stack
+	// and the host's endpoint (host i), e.g. a tap that records segments.
+	wrap func(ep stack.LinkEndpoint, i byte) stack.LinkEndpoint
 }
 
 func newHost(t testing.TB, i byte, o hostOptions) *host {
@@ -93,55 +84,21 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
-	})
-	if err := s.CreateNIC(1, ep); err != nil {
-		t.Fatalf("CreateNIC: %v", err)
+	var lep stack.LinkEndpoint = ep
+	if o.wrap != nil {
+		lep = o.wrap(ep, i)
 	}
-	h := &host{rig: rig, ep: ep, s: s, v4: tcpip.AddrFrom4([4]byte{10, 0, 0, i}),
-		v6: tcpip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i})}
-	for _, a := range []tcpip.ProtocolAddress{
-		{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v4, PrefixLen: 24}},
-		{Protocol: ipv6.ProtocolNumber, AddressWithPrefix: tcpip.AddressWithPrefix{Address: h.v6, PrefixLen: 64}},
-	} {
-		if err := s.AddProtocolAddress(1, a, stack.AddressProperties{}); err != nil {
-			t.Fatalf("AddProtocolAddress: %v", err)
-		}
-	}
-	s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}, {Destination: header.IPv6EmptySubnet, NIC: 1}})
-	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
-	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
-	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
-	if *campaignSACK {
-		sack := tcpip.TCPSACKEnabled(true)
-		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
-	}
+	// SACK as the firmware has it (off; app.NewStack): gVisor's default is
+	// on, and its SACK recovery crawls after a tail loss
+	// (TestGVisorTailLossCrawlsWithSACK).
+	st := stacktest.New(t, lep, i, stacktest.Options{NoSACK: !*campaignSACK})
+	h := &host{rig: rig, ep: ep, st: st, s: st.S, v4: st.V4, v6: st.V6}
+	st.Diag = h.diag
 	// The interrupt handler, as the GIC would run it.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-rig.Model.IRQ():
-				rig.NIC.Interrupt()
-			case <-stop:
-				return
-			}
-		}
-	}()
+	stop := stacktest.Serve(rig.Model.IRQ(), func() { rig.NIC.Interrupt() })
 	h.close = func() {
-		s.Close()
-		// stack.Close leaves link endpoints running: RemoveNIC closes ours,
-		// which stops the NIC and releases every packet still in flight.
-		s.RemoveNIC(1)
-		s.Wait()
-		close(stop)
-		wg.Wait()
+		st.Close()
+		stop()
 	}
 	return h
 }
@@ -155,24 +112,6 @@ func pair(t testing.TB, o hostOptions) (a, b *host, w *fectest.Wire) {
 		b.close()
 	})
 	return a, b, w
-}
-
-// stream is a deterministic byte stream for integrity checks.
-func stream(seed uint64) io.Reader { return &prng{r: rand.New(rand.NewPCG(seed, seed))} }
-
-type prng struct{ r *rand.Rand }
-
-func (p *prng) Read(b []byte) (int, error) {
-	for i := 0; i+8 <= len(b); i += 8 {
-		v := p.r.Uint64()
-		for k := 0; k < 8; k++ {
-			b[i+k] = byte(v >> (8 * k))
-		}
-	}
-	for i := len(b) &^ 7; i < len(b); i++ {
-		b[i] = byte(p.r.Uint64())
-	}
-	return len(b), nil
 }
 
 // diag describes everything that could explain a stalled transfer: the
@@ -219,43 +158,6 @@ func (h *host) diag() string {
 	return b.String()
 }
 
-// progress counts bytes as they pass.
-type progress struct{ n atomic.Int64 }
-
-func (p *progress) Write(b []byte) (int, error) { p.n.Add(int64(len(b))); return len(b), nil }
-
-// watch logs both hosts' state once when the receiver has made no progress
-// for 10 s, so a stall leaves evidence; it returns a function that stops it.
-func watch(t testing.TB, from, to *host, rcvd *progress, n int64) func() {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tk := time.NewTicker(time.Second)
-		defer tk.Stop()
-		last, since, logged := int64(-1), time.Now(), false
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-			}
-			if v := rcvd.n.Load(); v != last {
-				if logged {
-					t.Logf("STALL over: progress again at %d of %d bytes", v, n)
-				}
-				last, since, logged = v, time.Now(), false
-				continue
-			}
-			if !logged && time.Since(since) > 10*time.Second {
-				logged = true
-				t.Logf("STALL: no progress for 10 s at %d of %d bytes\n== sender\n%s== receiver\n%s", last, n, from.diag(), to.diag())
-			}
-		}
-	}()
-	return func() { close(stop); <-done }
-}
-
 // transfer sends n bytes from a to b over TCP and compares SHA-256 digests.
 func transfer(t testing.TB, from, to *host, v6 bool, port uint16, n int64) error {
 	return transferWith(t, from, to, v6, port, n, xfer{})
@@ -269,138 +171,13 @@ type xfer struct {
 	timeout time.Duration // whole transfer, default 5 minutes
 }
 
-// transferWith is transfer shaped by x.
+// transferWith is transfer shaped by x (stacktest.Transfer: SHA-256 of
+// every byte, both hosts' diag logged when the receiver stops for 10 s,
+// "STALL" logged for a transfer over 15 s).
 func transferWith(t testing.TB, from, to *host, v6 bool, port uint16, n int64, x xfer) error {
-	proto, dst := ipv4.ProtocolNumber, to.v4
-	if v6 {
-		proto, dst = ipv6.ProtocolNumber, to.v6
-	}
 	if x.timeout == 0 {
 		x.timeout = 5 * time.Minute
 	}
-	var wq waiter.Queue
-	lep, terr := to.s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
-	if terr != nil {
-		return fmt.Errorf("endpoint: %v", terr)
-	}
-	if x.mss != 0 {
-		if terr := lep.SetSockOptInt(tcpip.MaxSegOption, x.mss); terr != nil {
-			lep.Close()
-			return fmt.Errorf("TCP_MAXSEG %d: %v", x.mss, terr)
-		}
-	}
-	if terr := lep.Bind(tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}); terr != nil {
-		lep.Close()
-		return fmt.Errorf("bind: %v", terr)
-	}
-	if terr := lep.Listen(10); terr != nil {
-		lep.Close()
-		return fmt.Errorf("listen: %v", terr)
-	}
-	l := gonet.NewTCPListener(to.s, &wq, lep)
-	defer l.Close()
-	written := new(progress)
-	holdOver := make(chan struct{})
-	if x.hold == 0 {
-		close(holdOver)
-	}
-	rcvd := new(progress)
-	defer watch(t, from, to, rcvd, n)()
-	got := make(chan []byte, 1)
-	errc := make(chan error, 2)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(x.timeout))
-		select { // also if the sender blocks before the mark
-		case <-holdOver:
-		case <-time.After(3 * time.Second):
-		}
-		h := sha256.New()
-		m, err := io.Copy(io.MultiWriter(h, rcvd), c)
-		if err != nil || m != n {
-			errc <- fmt.Errorf("received %d of %d bytes: %v", m, n, err)
-			return
-		}
-		got <- h.Sum(nil)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := gonet.DialContextTCP(ctx, from.s, tcpip.FullAddress{NIC: 1, Addr: dst, Port: port}, proto)
-	if err != nil {
-		return fmt.Errorf("dial: %v", err)
-	}
-	// A stalled transfer fails within bounded time instead of hanging.
-	c.SetDeadline(time.Now().Add(x.timeout))
-	want := sha256.New()
-	start := time.Now()
-	defer func() {
-		// Known open issue: occasional stalls (see README). Keep them visible.
-		if el := time.Since(start); el > 15*time.Second {
-			t.Logf("STALL: %d bytes took %v", n, el.Round(time.Millisecond))
-		}
-	}()
-	var out io.Writer = c
-	if x.write > 0 {
-		out = &smallWrites{w: c, n: x.write}
-	}
-	if x.hold > 0 {
-		out = &holdWriter{w: out, p: written, at: x.hold, c: holdOver}
-	}
-	if _, err := io.Copy(io.MultiWriter(out, want), io.LimitReader(stream(uint64(port)), n)); err != nil {
-		c.Close()
-		return fmt.Errorf("send: %v (sent %d of %d bytes)", err, written.n.Load(), n)
-	}
-	c.Close()
-	select {
-	case g := <-got:
-		if !bytes.Equal(g, want.Sum(nil)) {
-			return fmt.Errorf("SHA-256 mismatch after %d bytes", n)
-		}
-	case err := <-errc:
-		return err
-	case <-time.After(x.timeout + time.Minute):
-		return fmt.Errorf("transfer of %d bytes timed out", n)
-	}
-	return nil
-}
-
-// smallWrites writes in pieces of n bytes, as an application making many
-// small writes does.
-type smallWrites struct {
-	w io.Writer
-	n int
-}
-
-func (s *smallWrites) Write(b []byte) (int, error) {
-	k := 0
-	for k < len(b) {
-		m, err := s.w.Write(b[k:min(len(b), k+s.n)])
-		k += m
-		if err != nil {
-			return k, err
-		}
-	}
-	return k, nil
-}
-
-// holdWriter counts what was written and closes c once at bytes have been.
-type holdWriter struct {
-	w  io.Writer
-	p  *progress
-	at int64
-	c  chan struct{}
-}
-
-func (h *holdWriter) Write(b []byte) (int, error) {
-	n, err := h.w.Write(b)
-	if h.p.n.Add(int64(n)) >= h.at && h.c != nil {
-		close(h.c)
-		h.c = nil
-	}
-	return n, err
+	return stacktest.Transfer(t, from.st, to.st, v6, port, n,
+		stacktest.Xfer{Timeout: x.timeout, MSS: x.mss, Write: x.write, Hold: x.hold})
 }

@@ -3,11 +3,16 @@ package netstack_test
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
@@ -21,6 +26,7 @@ import (
 var (
 	soakFor   = flag.Duration("soak", 0, "run the host soak for this long (0: skip it)")
 	soakConns = flag.Int("soak.conns", 64, "concurrent TCP connections, half each way")
+	soakCap   = flag.String("soak.capture", "", "directory for the segments, TCP states and faults of every transfer that takes 10 s or more, and a timeline of both hosts")
 )
 
 // TestSoakHostModels is make soak's host half.
@@ -29,7 +35,20 @@ func TestSoakHostModels(t *testing.T) {
 		t.Skip("the soak runs with -soak DURATION (make soak)")
 	}
 	m := modes[len(modes)-1] // the firmware's
-	a, b, w := pair(t, hostOptions{mode: m, noTrace: true})
+	o := hostOptions{mode: m, noTrace: true}
+	var capt *segCapture
+	if *soakCap != "" {
+		if err := os.MkdirAll(*soakCap, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		capt = newSegCapture()
+		o.wrap = func(ep stack.LinkEndpoint, i byte) stack.LinkEndpoint { return newTap(ep, capt, string('a'+i-1)) }
+	}
+	a, b, w := pair(t, o)
+	var tl *timeline
+	if capt != nil {
+		tl = sampleTimeline(a, b)
+	}
 	watchLinks(t, a, b)
 	const chunk = 1 << 20
 	start := time.Now()
@@ -38,16 +57,25 @@ func TestSoakHostModels(t *testing.T) {
 	// Faults, one every 500 ms in turn: a burst of 8 frames lost to RX
 	// overrun (delivered with the overrun status), a uDMA bus error, 3 TX
 	// completions with an error, the uDMA stalled for 20 ms, a 50 ms link
-	// flap. Each goes to one host, alternately.
+	// flap. Each goes to one host, alternately. Each lasts a moment, as
+	// its cause does: the burst takes the frames of the next 5 ms, the bus
+	// error and the TX errors are disarmed after 10 ms if no frame met
+	// them. Faults that waited for their frames instead fell, once the
+	// load thinned out at the end, on the last connections' rare
+	// retransmissions and ARP probes nearly every time, backing their
+	// retransmission timers off to gVisor's 2 minutes (issue 17).
 	var overruns atomic.Int64
 	type frame struct {
 		to *fectest.Model
 		f  []byte
 	}
 	pending := make(chan frame, 64)
-	var burst [2]atomic.Int64
+	var burst, burstUntil [2]atomic.Int64
 	w.SetFilter(func(from int, f []byte) fectest.Action {
-		if burst[from].Load() > 0 && burst[from].Add(-1) >= 0 {
+		if capt != nil {
+			capt.frame([]string{"wire a>b", "wire b>a"}[from], f)
+		}
+		if burst[from].Load() > 0 && time.Now().UnixNano() < burstUntil[from].Load() && burst[from].Add(-1) >= 0 {
 			select {
 			case pending <- frame{[]*fectest.Model{b.rig.Model, a.rig.Model}[from], append([]byte(nil), f...)}:
 			default:
@@ -85,11 +113,16 @@ func TestSoakHostModels(t *testing.T) {
 			h := []*host{a, b}[i%2]
 			switch k := (i / 2) % 5; k {
 			case 0:
+				burstUntil[1-i%2].Store(time.Now().Add(5 * time.Millisecond).UnixNano())
 				burst[1-i%2].Store(8)
 			case 1:
 				h.rig.Model.SetFaults(fectest.Faults{BusError: true})
+				time.Sleep(10 * time.Millisecond)
+				h.rig.Model.SetFaults(fectest.Faults{})
 			case 2:
 				h.rig.Model.SetFaults(fectest.Faults{TxError: fec.TXE_TXE | fec.TXE_UE, TxErrorCount: 3})
+				time.Sleep(10 * time.Millisecond)
+				h.rig.Model.SetFaults(fectest.Faults{})
 			case 3:
 				h.rig.Model.SetFaults(fectest.Faults{TxStalled: true})
 				time.Sleep(20 * time.Millisecond)
@@ -101,6 +134,9 @@ func TestSoakHostModels(t *testing.T) {
 				w.SetLink(true)
 			}
 			faults[(i/2)%5].Add(1)
+			if capt != nil {
+				capt.faultAt(fmt.Sprintf("%s on host %c", names[(i/2)%5], 'a'+i%2))
+			}
 		}
 	}()
 
@@ -123,12 +159,16 @@ func TestSoakHostModels(t *testing.T) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			samples = append(samples, sample{ms.HeapInuse, runtime.NumGoroutine(), a.ep.Stats().TxHeld + b.ep.Stats().TxHeld})
+			if capt != nil {
+				capt.sampleStalled(a, b)
+			}
 		}
 	}()
 
 	var port atomic.Int64 // a fresh port per transfer, below gVisor's ephemeral range
 	var moved atomic.Int64
 	var transfers atomic.Int64
+	var slow atomic.Int64 // transfers of 10 s or more (with -soak.capture)
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -141,7 +181,19 @@ func TestSoakHostModels(t *testing.T) {
 				from, to = b, a
 			}
 			for time.Now().Before(deadline) {
-				if err := transferWith(t, from, to, false, uint16(1024+port.Add(1)%14000), chunk, xfer{timeout: 3 * time.Minute}); err != nil {
+				p := uint16(1024 + port.Add(1)%14000)
+				t0 := time.Now()
+				err := transferWith(t, from, to, false, p, chunk, xfer{timeout: 3 * time.Minute})
+				if capt != nil {
+					if took := time.Since(t0); err != nil || took >= 10*time.Second {
+						slow.Add(1)
+						if serr := capt.save(*soakCap, p, took, err); serr != nil {
+							t.Error(serr)
+						}
+					}
+					capt.forget(p)
+				}
+				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -157,6 +209,12 @@ func TestSoakHostModels(t *testing.T) {
 	fwg.Wait()
 	<-sdone
 	el := time.Since(start)
+	if capt != nil {
+		if err := os.WriteFile(filepath.Join(*soakCap, "timeline.txt"), []byte(tl.end()), 0o644); err != nil {
+			t.Error(err)
+		}
+		t.Logf("capture: %d transfers took 10 s or more; their segments, states and faults are in %s", slow.Load(), *soakCap)
+	}
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("%v\n== a\n%s== b\n%s", err, a.diag(), b.diag())
 	}

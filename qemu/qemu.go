@@ -160,6 +160,13 @@ type Options struct {
 	E1000E bool
 	// Args are further QEMU arguments (CosimArgs).
 	Args []string
+	// Monitor opens QEMU's human monitor on a Unix socket, for
+	// Machine.SetLink (instead of -monitor none).
+	Monitor bool
+	// Pcap, when set, is a file QEMU records the frames of Boot's NIC in
+	// (filter-dump on its user network, the first 128 bytes of each:
+	// headers, for sequence numbers and lengths).
+	Pcap string
 }
 
 // E1000ENet is the e1000e's user network and E1000EGuest the firmware's
@@ -204,7 +211,9 @@ type Machine struct {
 	// E1000E holds the ports forwarded to the e1000e's services
 	// (Options.E1000E), else nil.
 	E1000E  *Ports
-	GDBPort int // 0 unless Options.GDB
+	GDBPort int    // 0 unless Options.GDB
+	monitor string // the monitor's socket (Options.Monitor)
+	nic     string // QEMU's name of the NIC Boot's -nic attaches
 	done    chan struct{}
 	mu      sync.Mutex
 	lines   []string
@@ -276,10 +285,30 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	if !ok {
 		return nil, fmt.Errorf("qemu: unknown board %q", board)
 	}
+	mon := "none"
+	if o.Monitor {
+		dir, err := os.MkdirTemp("", "tamanic-qmon")
+		if err != nil {
+			return nil, fmt.Errorf("qemu: monitor: %w", err)
+		}
+		m.monitor = filepath.Join(dir, "monitor.sock")
+		mon = "unix:" + m.monitor + ",server=on,wait=off"
+	}
+	// The n-th -nic is ENETn (the USB armory's machine adds ENET1's).
+	m.nic = "imx.enet.0"
+	if board == "usbarmory" {
+		m.nic = "imx.enet.1"
+	}
 	m.Args = append(append([]string{}, machine...),
-		"-nographic", "-monitor", "none", "-serial", "stdio",
-		"-nic", "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1,"+fwd,
-		"-kernel", o.ELF, "-semihosting")
+		"-nographic", "-monitor", mon, "-serial", "stdio")
+	user := "user,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1," + fwd
+	if o.Pcap == "" {
+		m.Args = append(m.Args, "-nic", "user,model=imx.enet,"+strings.TrimPrefix(user, "user,"))
+	} else {
+		m.Args = append(m.Args, "-netdev", user+",id=tamanicnet", "-net", "nic,model=imx.enet,netdev=tamanicnet",
+			"-object", "filter-dump,id=tamanicdump,netdev=tamanicnet,maxlen=128,file="+o.Pcap)
+	}
+	m.Args = append(m.Args, "-kernel", o.ELF, "-semihosting")
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)
 	}
@@ -355,6 +384,9 @@ func (m *Machine) Console() string {
 
 // Stop kills QEMU by its process id and waits for it.
 func (m *Machine) Stop() error {
+	if m.monitor != "" {
+		defer os.RemoveAll(filepath.Dir(m.monitor))
+	}
 	if m.cmd.Process == nil {
 		return nil
 	}
@@ -365,6 +397,52 @@ func (m *Machine) Stop() error {
 		return errors.New("qemu: process did not exit")
 	}
 	return err
+}
+
+// SetLink connects (up) or disconnects the cable of the NIC Boot's -nic
+// attaches, through the monitor's set_link (Options.Monitor): QEMU's
+// imx.enet reports it in its PHY's link status.
+func (m *Machine) SetLink(up bool) error {
+	if m.monitor == "" {
+		return errors.New("qemu: SetLink needs Options.Monitor")
+	}
+	state := "off"
+	if up {
+		state = "on"
+	}
+	c, err := net.DialTimeout("unix", m.monitor, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("qemu: monitor: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	prompt := func() (string, error) {
+		var b strings.Builder
+		for !strings.HasSuffix(b.String(), "(qemu) ") {
+			ch, err := r.ReadByte()
+			if err != nil {
+				return b.String(), fmt.Errorf("qemu: monitor: %w (read %q)", err, b.String())
+			}
+			b.WriteByte(ch)
+		}
+		return b.String(), nil
+	}
+	if _, err := prompt(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(c, "set_link %s %s\n", m.nic, state); err != nil {
+		return fmt.Errorf("qemu: monitor: %w", err)
+	}
+	out, err := prompt()
+	if err != nil {
+		return err
+	}
+	// The monitor echoes the command; anything else is an error message.
+	if rest := strings.TrimSpace(strings.TrimSuffix(out, "(qemu) ")); strings.Contains(rest, "not found") || strings.Contains(rest, "rror") {
+		return fmt.Errorf("qemu: set_link %s %s: %s", m.nic, state, rest)
+	}
+	return nil
 }
 
 // CommandLine returns the QEMU invocation as a shell line.
@@ -521,6 +599,31 @@ func (m *Ports) PostMode(query, authorization string) (*http.Response, error) {
 		req.Header.Set("Authorization", authorization)
 	}
 	return m.client().Do(req)
+}
+
+// PostGC asks the firmware for a full garbage collection (POST /gc, with
+// the harness's control token) and returns the runtime statistics it
+// answers after it.
+func (m *Ports) PostGC() (map[string]any, error) {
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/gc", m.HTTPPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+ControlToken)
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST /gc: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("POST /gc: %s: %s", resp.Status, b)
+	}
+	var r map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("POST /gc: %w", err)
+	}
+	return r, nil
 }
 
 // client is an HTTP client that reaches the guest through Dial when set.

@@ -28,6 +28,7 @@ var (
 	soakFor   = flag.Duration("soak", 0, "run the soak for this long (0: skip it)")
 	soakConns = flag.Int("soak.conns", 64, "concurrent TCP connections, half to the sink and half from the source")
 	soakChunk = flag.Int64("soak.chunk", 1<<20, "bytes per soak connection")
+	soakPcap  = flag.String("soak.pcap", "", "record the headers of every frame of the firmware's network in this pcap file")
 )
 
 // soakSample is one /stats reading.
@@ -99,7 +100,7 @@ func TestSoak(t *testing.T) {
 	elf := firmware(t, "mx6ullevk")
 	ctx, cancel := context.WithTimeout(context.Background(), *soakFor+5*time.Minute)
 	defer cancel()
-	m, err := Boot(ctx, Options{ELF: elf, Board: "mx6ullevk"})
+	m, err := Boot(ctx, Options{ELF: elf, Board: "mx6ullevk", Pcap: *soakPcap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,14 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := readSample(s0, 0)
+	g0, err := m.PostGC()
+	if err != nil {
+		t.Fatalf("POST /gc at boot: %v", err)
+	}
+	boot := readSample(map[string]any{"runtime": g0}, 0)
 	chunk := *soakChunk
 	wantSum := PatternSHA256(chunk)
 	start := time.Now()
-	deadline := start.Add(*soakFor)
 	var sunk, sourced, echoed, echoes, conns atomic.Int64
 	var failMu sync.Mutex
 	var failures []string
@@ -123,105 +128,145 @@ func TestSoak(t *testing.T) {
 			failures = append(failures, fmt.Sprintf("%v: ", time.Since(start).Round(time.Millisecond))+fmt.Sprintf(f, a...))
 		}
 	}
-	var wg sync.WaitGroup
 	nc := *soakConns
-	for i := range nc {
+	// Two identical rounds of load, each followed by a full collection
+	// (POST /gc): the live heap after the second must not exceed the live
+	// heap after the first, or something the load leaves behind is kept.
+	var samples []soakSample
+	var gcAfter []soakSample
+	var after soakSample
+	for round := range 2 {
+		deadline := time.Now().Add(*soakFor / 2)
+		var wg sync.WaitGroup
+		for i := range nc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Connections open over the first 2 s, as clients would.
+				time.Sleep(time.Duration(i) * 2 * time.Second / time.Duration(nc))
+				for time.Now().Before(deadline) {
+					conns.Add(1)
+					if i%2 == 0 {
+						r, sum, port, err := sendChecked(m.Ports, chunk, 2*time.Minute)
+						if err != nil {
+							fail("sink connection from port %d: %v", port, err)
+							return
+						}
+						if r != chunk || sum != wantSum {
+							fail("sink connection from port %d got %d of %d bytes, SHA-256 %s, want %s", port, r, chunk, sum, wantSum)
+							return
+						}
+						sunk.Add(chunk)
+					} else {
+						if _, err := m.Receive(chunk, 2*time.Minute); err != nil {
+							fail("source connection: %v", err)
+							return
+						}
+						sourced.Add(chunk)
+					}
+				}
+			}()
+		}
+		// UDP echo, one datagram at a time, random sizes, each checked.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Connections open over the first 2 s, as clients would.
-			time.Sleep(time.Duration(i) * 2 * time.Second / time.Duration(nc))
-			for time.Now().Before(deadline) {
-				conns.Add(1)
-				if i%2 == 0 {
-					r, sum, err := sendChecked(m.Ports, chunk, 2*time.Minute)
-					if err != nil {
-						fail("sink connection: %v", err)
-						return
-					}
-					if r != chunk || sum != wantSum {
-						fail("sink got %d of %d bytes, SHA-256 %s, want %s", r, chunk, sum, wantSum)
-						return
-					}
-					sunk.Add(chunk)
-				} else {
-					if _, err := m.Receive(chunk, 2*time.Minute); err != nil {
-						fail("source connection: %v", err)
-						return
-					}
-					sourced.Add(chunk)
+			r := rand.New(rand.NewPCG(7, 7))
+			c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort))
+			if err != nil {
+				fail("udp: %v", err)
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 2048)
+			for seq := 0; time.Now().Before(deadline); seq++ {
+				d := make([]byte, 8+r.IntN(1400))
+				for k := range d {
+					d[k] = byte(r.Uint32())
 				}
+				d[0], d[1], d[2], d[3] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(d); err != nil {
+					fail("udp write: %v", err)
+					return
+				}
+				n, err := c.Read(buf)
+				if err != nil {
+					fail("udp echo %d (%d bytes) lost: %v", seq, len(d), err)
+					return
+				}
+				if !bytes.Equal(buf[:n], d) {
+					fail("udp echo %d corrupted (%d bytes back for %d)", seq, n, len(d))
+					return
+				}
+				echoes.Add(1)
+				echoed.Add(int64(len(d)))
+				time.Sleep(2 * time.Millisecond)
 			}
 		}()
-	}
-	// UDP echo, one datagram at a time, random sizes, each checked.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r := rand.New(rand.NewPCG(7, 7))
-		c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort))
-		if err != nil {
-			fail("udp: %v", err)
-			return
+		// /stats every 2 s.
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Second):
+				}
+				s, err := m.Stats()
+				if err != nil {
+					fail("/stats under load: %v", err)
+					continue
+				}
+				samples = append(samples, readSample(s, time.Since(start)))
+			}
+		}()
+		wg.Wait()
+		close(stop)
+		<-sampled
+		el := time.Since(start)
+		failMu.Lock()
+		failed := len(failures) > 0
+		failMu.Unlock()
+		if failed {
+			break
 		}
-		defer c.Close()
-		buf := make([]byte, 2048)
-		for seq := 0; time.Now().Before(deadline); seq++ {
-			d := make([]byte, 8+r.IntN(1400))
-			for k := range d {
-				d[k] = byte(r.Uint32())
-			}
-			d[0], d[1], d[2], d[3] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Write(d); err != nil {
-				fail("udp write: %v", err)
-				return
-			}
-			n, err := c.Read(buf)
-			if err != nil {
-				fail("udp echo %d (%d bytes) lost: %v", seq, len(d), err)
-				return
-			}
-			if !bytes.Equal(buf[:n], d) {
-				fail("udp echo %d corrupted (%d bytes back for %d)", seq, n, len(d))
-				return
-			}
-			echoes.Add(1)
-			echoed.Add(int64(len(d)))
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	// /stats every 2 s.
-	var samples []soakSample
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Second):
-			}
+		// After the load: every connection and goroutine gone, nothing held.
+		settled := false
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 			s, err := m.Stats()
 			if err != nil {
-				fail("/stats under load: %v", err)
 				continue
 			}
-			samples = append(samples, readSample(s, time.Since(start)))
+			after = readSample(s, time.Since(start))
+			// The /stats request itself holds one HTTP connection.
+			if after.active <= 1 && after.goroutines <= base.goroutines+4 && after.txHeld <= base.txHeld {
+				settled = true
+				break
+			}
 		}
-	}()
-	wg.Wait()
-	close(stop)
-	<-sampled
+		if !settled {
+			t.Errorf("after round %d: %v connections active, %v goroutines (%v at boot), %v TX packets held (%v at boot)",
+				round+1, after.active, after.goroutines, base.goroutines, after.txHeld, base.txHeld)
+		}
+		g, err := m.PostGC()
+		if err != nil {
+			t.Fatalf("POST /gc after round %d: %v", round+1, err)
+		}
+		gcAfter = append(gcAfter, readSample(map[string]any{"runtime": g}, time.Since(start)))
+		t.Logf("round %d done at %v: after a full collection heap_alloc (live) %.1f MiB, heap_inuse %.1f MiB, %v goroutines",
+			round+1, el.Round(time.Second), gcAfter[round].heapAlloc/(1<<20), gcAfter[round].heapInuse/(1<<20), gcAfter[round].goroutines)
+	}
 	el := time.Since(start)
 	for _, f := range failures {
 		t.Error(f)
 	}
 	if len(failures) > 0 {
 		s, err := m.Stats()
-		t.Fatalf("after %v: %d MiB to the sink, %d MiB from the source, %d echoes; /stats %v (%v)\nconsole:\n%s",
-			el.Round(time.Second), sunk.Load()>>20, sourced.Load()>>20, echoes.Load(), s, err, tail(m.Console(), 40))
+		t.Fatalf("after %v: %d MiB to the sink, %d MiB from the source, %d echoes; sink transfers unlike the pattern (where): %v; /stats %v (%v)\nconsole:\n%s",
+			el.Round(time.Second), sunk.Load()>>20, sourced.Load()>>20, echoes.Load(), get(s, "sink_pattern"), s, err, tail(m.Console(), 40))
 	}
 	if len(samples) == 0 {
 		t.Fatal("no /stats sample")
@@ -239,61 +284,53 @@ func TestSoak(t *testing.T) {
 			break
 		}
 	}
-	// After the load: every connection and goroutine gone, nothing held.
-	var after soakSample
-	settled := false
-	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
-		s, err := m.Stats()
-		if err != nil {
-			continue
-		}
-		after = readSample(s, time.Since(start))
-		// The /stats request itself holds one HTTP connection.
-		if after.active <= 1 && after.goroutines <= base.goroutines+4 && after.txHeld <= base.txHeld {
-			settled = true
-			break
-		}
-	}
-	if !settled {
-		t.Errorf("after the load: %v connections active, %v goroutines (%v at boot), %v TX packets held (%v at boot)",
-			after.active, after.goroutines, base.goroutines, after.txHeld, base.txHeld)
+	// A leak shows as live heap that a second identical round adds to
+	// what the first left; the runtime keeping spans it no longer needs
+	// shows only in heap_inuse before a collection.
+	t.Logf("live heap after a full collection: %.1f MiB at boot, %.1f MiB after round 1, %.1f MiB after round 2",
+		boot.heapAlloc/(1<<20), gcAfter[0].heapAlloc/(1<<20), gcAfter[1].heapAlloc/(1<<20))
+	if l1, l2 := gcAfter[0].heapAlloc, gcAfter[1].heapAlloc; l2 > l1*1.25+2<<20 {
+		t.Errorf("live heap after a full collection grows with the load: %.1f MiB after round 1, %.1f MiB after round 2", l1/(1<<20), l2/(1<<20))
 	}
 	total := sunk.Load() + sourced.Load() + echoed.Load()
 	t.Logf("soak: %v, %d concurrent TCP connections (%d opened in all, %d chunks of %d MiB), %d MiB to the sink, %d MiB from the source, %d UDP echoes (%d KiB), %d MiB in all (%.1f Mbit/s); %d /stats samples",
 		el.Round(time.Second), nc, conns.Load(), (sunk.Load()+sourced.Load())/chunk, chunk>>20, sunk.Load()>>20, sourced.Load()>>20,
 		echoes.Load(), echoed.Load()>>10, total>>20, float64(total*8)/el.Seconds()/1e6, len(samples))
-	t.Logf("firmware high-water marks: heap in use %.1f MiB, sys %.1f MiB, %v goroutines, %v TX packets held, %v TX descriptors free at least; after the load heap %.1f MiB, %v goroutines, GCs %v",
-		heap/(1<<20), sys/(1<<20), gr, held, minFree, after.heapInuse/(1<<20), after.goroutines, after.numGC)
+	t.Logf("firmware high-water marks: heap in use %.1f MiB, sys %.1f MiB, %v goroutines, %v TX packets held, %v TX descriptors free at least; after the load heap in use %.1f MiB, %v goroutines, GCs %v; after a full collection live heap %.1f then %.1f MiB, heap in use %.1f then %.1f MiB",
+		heap/(1<<20), sys/(1<<20), gr, held, minFree, after.heapInuse/(1<<20), after.goroutines, after.numGC,
+		gcAfter[0].heapAlloc/(1<<20), gcAfter[1].heapAlloc/(1<<20), gcAfter[0].heapInuse/(1<<20), gcAfter[1].heapInuse/(1<<20))
 	if total < 1<<30 {
 		t.Logf("NOTE: %d MiB is under 1 GiB: run longer (SOAK=10m) for 1 GiB on this machine", total>>20)
 	}
 }
 
 // sendChecked streams n bytes of the pattern to the sink and returns the
-// byte count and SHA-256 the firmware replied.
-func sendChecked(p Ports, n int64, timeout time.Duration) (int64, string, error) {
+// byte count and SHA-256 the firmware replied, and the connection's local
+// port (the guest sees it as the source port).
+func sendChecked(p Ports, n int64, timeout time.Duration) (int64, string, int, error) {
 	c, err := dial(p.SinkPort, timeout)
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	defer c.Close()
+	port := c.LocalAddr().(*net.TCPAddr).Port
 	if _, err := io.Copy(c, app.PatternStream(n)); err != nil {
-		return 0, "", fmt.Errorf("sending: %w", err)
+		return 0, "", port, fmt.Errorf("sending: %w", err)
 	}
 	c.(*net.TCPConn).CloseWrite()
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
-		return 0, "", fmt.Errorf("reply: %w", err)
+		return 0, "", port, fmt.Errorf("reply: %w", err)
 	}
 	f := strings.Fields(line)
 	if len(f) != 5 {
-		return 0, "", fmt.Errorf("reply %q: want 5 fields", line)
+		return 0, "", port, fmt.Errorf("reply %q: want 5 fields", line)
 	}
 	var got int64
 	if _, err := fmt.Sscan(f[0], &got); err != nil {
-		return 0, "", fmt.Errorf("reply %q: %w", line, err)
+		return 0, "", port, fmt.Errorf("reply %q: %w", line, err)
 	}
-	return got, f[4], nil
+	return got, f[4], port, nil
 }
 
 func tail(s string, n int) string {
@@ -397,7 +434,7 @@ func TestConnectFlood(t *testing.T) {
 func probeEach(p Ports) map[string]error {
 	r := map[string]error{}
 	_, r["stats"] = p.Stats()
-	if n, sum, err := sendChecked(p, 64<<10, 10*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
+	if n, sum, _, err := sendChecked(p, 64<<10, 10*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
 		r["sink"] = fmt.Errorf("sink: %d bytes, %v", n, errors.Join(err))
 	} else {
 		r["sink"] = nil
@@ -412,7 +449,7 @@ func probe(p Ports) error {
 	if _, err := p.Stats(); err != nil {
 		return fmt.Errorf("/stats: %w", err)
 	}
-	if n, sum, err := sendChecked(p, 64<<10, 20*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
+	if n, sum, _, err := sendChecked(p, 64<<10, 20*time.Second); err != nil || n != 64<<10 || sum != PatternSHA256(64<<10) {
 		return fmt.Errorf("sink: %d bytes, %v", n, errors.Join(err))
 	}
 	if _, err := p.Receive(64<<10, 20*time.Second); err != nil {

@@ -21,6 +21,7 @@ package mcimx7d
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -28,6 +29,7 @@ import (
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/arm/gic"
 
+	"github.com/tamanic/tamanic/board/internal/phylink"
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/e1000e"
@@ -131,6 +133,14 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 	}
 	if err := n.Init(); err != nil {
 		return nil, fmt.Errorf("mcimx7d: ENET1 init: %w", err)
+	}
+	// The link is watched as on every board (board/internal/phylink).
+	// The PHY is not reset: the RGMII delays of the SABRE's BCM54220 are
+	// the boot loader's, and not known here to be set again after a soft
+	// reset. Where no PHY answers (QEMU 8.1 and later reach none through
+	// ENET1's MDIO) the link stays as Init assumed it.
+	if _, err := phylink.Start(n, phylink.Config{Name: "mcimx7d: ENET1", NoReset: true, Log: os.Stdout}, nil); err != nil {
+		return nil, err
 	}
 	// IRQs are unmasked by ServiceInterrupts once its goroutine sleeps
 	// (unmasking earlier loses an interrupt that arrives first).

@@ -30,15 +30,14 @@
 package mx6ullevk
 
 import (
-	"errors"
-	"fmt"
-	"time"
+	"os"
 	_ "unsafe"
 
 	tamagoevk "github.com/usbarmory/tamago/board/nxp/mx6ullevk"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/board/internal/imx6ulboard"
+	"github.com/tamanic/tamanic/board/internal/phylink"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
 )
@@ -52,8 +51,8 @@ const (
 	DMASize      = imx6ulboard.DMASize
 	CoherentSize = imx6ulboard.CoherentSize
 	// LinkPoll is the interval of the PHY link poll (one MDIO read of BMSR,
-	// about 30 us at 2.5 MHz MDC).
-	LinkPoll = 500 * time.Millisecond
+	// about 30 us at 2.5 MHz MDC): phylink's, as on every board.
+	LinkPoll = phylink.Poll
 )
 
 // KSZ8081RNB registers the EVK needs after every PHY reset (KSZ8081RNB
@@ -109,19 +108,14 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 	return board.ENET(imx6ul.ENET1, imx6ul.ENET1_IRQ, cfg, startLink)
 }
 
-// startLink starts ENET1's PHY and its watch. ENET1's KSZ8081 answers at
-// MDIO address 2 (QEMU 7.2 wires the same address); the MDIO pads are
-// muxed to ENET1 by TamaGo's bring-up. QEMU 8.1 and later reach both EVK
-// PHYs through ENET2's MDIO only: there ENET1 finds no PHY and runs at the
-// 100 Mb/s full duplex Init assumed, unwatched.
+// startLink starts ENET1's PHY and its watch (board/internal/phylink,
+// which every board shares). ENET1's KSZ8081 answers at MDIO address 2
+// (QEMU 7.2 wires the same address); the MDIO pads are muxed to ENET1 by
+// TamaGo's bring-up. QEMU 8.1 and later reach both EVK PHYs through
+// ENET2's MDIO only: there ENET1 finds no PHY and runs at the 100 Mb/s
+// full duplex Init assumed, unwatched.
 func startLink(n *fec.NIC) error {
-	switch phy, err := n.StartLink(fec.LinkConfig{Addrs: []int{2}, AfterReset: ksz8081AfterReset}); {
-	case errors.Is(err, fec.ErrNoPHY):
-		fmt.Printf("mx6ullevk: ENET1: %v; link not managed\n", err)
-	case err != nil:
-		return fmt.Errorf("mx6ullevk: ENET1 link: %w", err)
-	default:
-		go phy.WatchLink(LinkPoll, nil)
-	}
-	return nil
+	_, err := phylink.Start(n, phylink.Config{Name: "mx6ullevk: ENET1", Poll: LinkPoll, Log: os.Stdout,
+		Link: fec.LinkConfig{Addrs: []int{2}, AfterReset: ksz8081AfterReset}}, nil)
+	return err
 }

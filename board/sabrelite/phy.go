@@ -2,8 +2,10 @@ package sabrelite
 
 import (
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/tamanic/tamanic/board/internal/phylink"
 	"github.com/tamanic/tamanic/fec"
 )
 
@@ -46,55 +48,60 @@ var (
 	ANTimeout       = 5 * time.Second
 )
 
-// SetupPHY finds the PHY (address 6 on the SABRE Lite; any address under
-// QEMU, whose emulated PHY is not a KSZ9021), resets it, programs the
-// KSZ9021's RGMII skews when that is the PHY, autonegotiates (1000 full
-// advertised, RGMII) and programs the MAC for the resolved link. It
-// returns the PHY's ID and the link.
+// SetupPHY takes over the PHY the way every board does
+// (board/internal/phylink): it finds the PHY (address 6 on the SABRE Lite;
+// any address under QEMU, whose emulated PHY is not a KSZ9021), resets it,
+// programs the KSZ9021's RGMII skews when that is the PHY, autonegotiates
+// (1000 full advertised, RGMII), programs the MAC for the result and
+// watches the link until stop is closed (nil: for as long as the board
+// runs), so the MAC follows a flap or a partner at another speed, each
+// change written on log (nil: none). It
+// returns the PHY's ID and the link; a link not up yet is reported as an
+// error but watched all the same.
 //
 // The KSZ9021's hardware reset line (GPIO3_IO23 on the SABRE Lite) and
 // its strap pins are not driven here: the boot loader has done that.
-func SetupPHY(n *fec.NIC) (uint32, fec.Link, error) {
+func SetupPHY(n *fec.NIC, stop <-chan struct{}, log io.Writer) (uint32, fec.Link, error) {
 	addrs := []int{PHYAddr}
 	for a := 0; a < 32; a++ {
 		if a != PHYAddr {
 			addrs = append(addrs, a)
 		}
 	}
-	p, err := n.FindPHY(addrs...)
-	if err != nil {
-		return 0, fec.Link{}, fmt.Errorf("sabrelite: %w", err)
-	}
-	id, err := p.ID()
-	if err != nil {
-		return 0, fec.Link{}, fmt.Errorf("sabrelite: PHY ID: %w", err)
-	}
-	if err := p.Reset(PHYResetTimeout); err != nil {
-		return id, fec.Link{}, fmt.Errorf("sabrelite: %w", err)
-	}
-	if id&KSZ9021IDMask == KSZ9021ID {
+	var id uint32
+	skews := func(p *fec.PHY) error {
+		var err error
+		if id, err = p.ID(); err != nil {
+			return fmt.Errorf("PHY ID: %w", err)
+		}
+		if id&KSZ9021IDMask != KSZ9021ID {
+			return nil
+		}
 		for _, w := range [][2]uint16{
 			{KSZ9021_CLK_PAD_SKEW, SabreLiteClkSkew},
 			{KSZ9021_RX_DATA_PAD_SKEW, SabreLiteRxDataSkew},
 			{KSZ9021_TX_DATA_PAD_SKEW, SabreLiteTxDataSkew},
 		} {
 			if err := n.MDIOWrite(p.Addr, KSZ9021_EXTREG, KSZ9021_EXTREG_WRITE|w[0]); err != nil {
-				return id, fec.Link{}, fmt.Errorf("sabrelite: KSZ9021 skew: %w", err)
+				return fmt.Errorf("KSZ9021 skew: %w", err)
 			}
 			if err := n.MDIOWrite(p.Addr, KSZ9021_EXTREG_WDATA, w[1]); err != nil {
-				return id, fec.Link{}, fmt.Errorf("sabrelite: KSZ9021 skew: %w", err)
+				return fmt.Errorf("KSZ9021 skew: %w", err)
 			}
 		}
+		return nil
 	}
-	l, err := p.Autonegotiate(ANTimeout)
-	if err != nil {
-		return id, fec.Link{}, fmt.Errorf("sabrelite: %w", err)
+	p, err := phylink.Start(n, phylink.Config{Name: "sabrelite: ENET", Link: fec.LinkConfig{Addrs: addrs,
+		ResetTimeout: PHYResetTimeout, ANTimeout: ANTimeout, AfterReset: skews}, Log: log}, stop)
+	switch {
+	case err != nil:
+		return id, fec.Link{}, err
+	case p == nil:
+		return 0, fec.Link{}, fmt.Errorf("sabrelite: %w", fec.ErrNoPHY)
 	}
+	l := n.Link()
 	if !l.Up {
-		return id, l, fmt.Errorf("sabrelite: PHY %d: no common mode with the link partner", p.Addr)
-	}
-	if err := n.SetLink(l); err != nil {
-		return id, l, fmt.Errorf("sabrelite: %w", err)
+		return id, l, fmt.Errorf("sabrelite: PHY %d: link not up after autonegotiation (watched)", p.Addr)
 	}
 	return id, l, nil
 }

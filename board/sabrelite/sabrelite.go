@@ -25,6 +25,7 @@ package sabrelite
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -117,7 +118,7 @@ type PHYInfo struct {
 }
 
 // ENET returns a fec.NIC on the ENET in RGMII mode, initialised, its link
-// autonegotiated and interrupt-driven. cfg's Regs, Mem, Caps, Interface
+// autonegotiated and watched, and interrupt-driven. cfg's Regs, Mem, Caps, Interface
 // and MAC (when zero: a random locally administered one) are filled in. A
 // PHY problem is reported, not fatal: the MAC stays at 100 Mb/s full
 // duplex.
@@ -146,7 +147,7 @@ func ENET(cfg fec.Config) (*fec.NIC, PHYInfo, error) {
 	if err := n.Init(); err != nil {
 		return nil, pi, fmt.Errorf("sabrelite: ENET init: %w", err)
 	}
-	pi.ID, pi.Link, pi.Error = SetupPHY(n)
+	pi.ID, pi.Link, pi.Error = SetupPHY(n, nil, os.Stdout)
 	// IRQs are unmasked by ServiceInterrupts once its goroutine sleeps
 	// (unmasking earlier loses an interrupt that arrives first).
 	IC.Init()

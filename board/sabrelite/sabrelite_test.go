@@ -3,6 +3,7 @@ package sabrelite
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
@@ -206,10 +207,18 @@ func setupRig(t *testing.T, gbit bool) (*fectest.Rig, *mdioTap) {
 	return r, tap
 }
 
+// stopAtEnd returns a channel closed when the test ends (the link watch
+// SetupPHY starts stops with it).
+func stopAtEnd(t *testing.T) chan struct{} {
+	c := make(chan struct{})
+	t.Cleanup(func() { close(c) })
+	return c
+}
+
 func TestSetupPHYKSZ9021(t *testing.T) {
 	r, tap := setupRig(t, true)
 	tap.writes = nil
-	id, l, err := SetupPHY(r.NIC)
+	id, l, err := SetupPHY(r.NIC, stopAtEnd(t), nil)
 	if err != nil || id != 0x00221611 {
 		t.Fatalf("id %#x err %v", id, err)
 	}
@@ -238,7 +247,7 @@ func TestSetupPHYOther(t *testing.T) {
 	// no extended-register writes.
 	r, tap := setupRig(t, false)
 	tap.writes = nil
-	id, _, err := SetupPHY(r.NIC)
+	id, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil)
 	if err != nil || id&KSZ9021IDMask == KSZ9021ID {
 		t.Fatalf("id %#x err %v", id, err)
 	}
@@ -254,7 +263,31 @@ func TestSetupPHYMissing(t *testing.T) {
 	r := fectest.NewRig(t, fectest.RigOptions{SoC: fec.IMX6Q,
 		Model:  func(o *fectest.Options) { o.PHYAddr = 40 }, // answers nowhere
 		Config: func(c *fec.Config) { tap.Regs = c.Regs; c.Regs = tap }})
-	if _, _, err := SetupPHY(r.NIC); err == nil || errors.Is(err, fec.ErrTimeout) {
+	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil); err == nil || errors.Is(err, fec.ErrTimeout) {
 		t.Fatalf("no PHY: %v", err)
 	}
+}
+
+// TestSetupPHYWatchesTheLink: after SetupPHY the MAC follows the link: a
+// cable pulled marks it down, a partner back at 100 Mb/s full duplex
+// reprograms it (before, the SABRE Lite autonegotiated once at boot).
+func TestSetupPHYWatchesTheLink(t *testing.T) {
+	r, _ := setupRig(t, true)
+	if _, _, err := SetupPHY(r.NIC, stopAtEnd(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(want fec.Link) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if r.NIC.Link() == want {
+				return
+			}
+		}
+		t.Fatalf("MAC link %v, want %v", r.NIC.Link(), want)
+	}
+	r.Model.SetLink(false)
+	wait(fec.Link{Speed: 1000, FullDuplex: true})
+	r.Model.SetPartner(fec.ADV_100FULL, false, nil)
+	r.Model.SetLink(true)
+	wait(fec.Link{Up: true, Speed: 100, FullDuplex: true})
 }

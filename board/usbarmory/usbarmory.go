@@ -11,20 +11,24 @@
 // GPIO1_IO06/07), a DP83825I software reset, 100 Mb/s full duplex with
 // autonegotiation, and the 50 MHz RMII reference clock. Its ENET2
 // instance also ungates the clock and starts the ENET PLL. The MAC is then
-// reset and handed to package fec, as on the mx6ullevk; the rest (memory
-// layout, interrupts, idle governor) is board/internal/imx6ulboard.
+// reset and handed to package fec, as on the mx6ullevk, which resets the
+// PHY again, reapplies the reference clock setting, autonegotiates and
+// watches the link (board/internal/phylink, as every board); the rest
+// (memory layout, interrupts, idle governor) is board/internal/imx6ulboard.
 //
 // Memory: 512 MiB of DDR at 0x8000_0000, split as on the mx6ullevk.
 // Console: UART2, as TamaGo's mk2 package sets it (the debug accessory).
 package usbarmory
 
 import (
+	"os"
 	_ "unsafe"
 
 	"github.com/usbarmory/tamago/board/usbarmory/mk2"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/board/internal/imx6ulboard"
+	"github.com/tamanic/tamanic/board/internal/phylink"
 	"github.com/tamanic/tamanic/fec"
 )
 
@@ -61,8 +65,30 @@ func IdleNanoseconds() int64 { return board.IdleNanoseconds() }
 // spent in the driver's handler.
 func Interrupts() (n, ns int64) { return board.Interrupts() }
 
-// ENET2 brings up ENET2 and returns a fec.NIC on it, initialised and
-// interrupt-driven (ENET2 MAC line, SPI 120: imx6ul.ENET2_IRQ).
+// DP83825I register the board needs after every PHY reset (the values
+// TamaGo's mk2 EnablePHY writes): RCSR (0x17), RMII_CS (bit 7) selecting
+// the 50 MHz RMII reference clock the SoC supplies, and RX_BUF (bit 0)
+// of the receive elastic buffer size, set as TamaGo sets it.
+const (
+	dpRCSR       = 0x17
+	dpRCSRRMIICS = 1 << 7
+	dpRCSRRxBuf  = 1 << 0
+)
+
+// dp83825AfterReset restores the DP83825I setting a soft reset clears.
+func dp83825AfterReset(p *fec.PHY) error {
+	return p.NIC.MDIOWrite(p.Addr, dpRCSR, dpRCSRRMIICS|dpRCSRRxBuf)
+}
+
+// ENET2 brings up ENET2 and returns a fec.NIC on it, initialised,
+// interrupt-driven (ENET2 MAC line, SPI 120: imx6ul.ENET2_IRQ), with the
+// link autonegotiated and watched (the DP83825I at MDIO address 0; where
+// no PHY answers, as under a QEMU whose ENET2 reaches none, the link is
+// left as Init assumed it).
 func ENET2(cfg fec.Config) (*fec.NIC, error) {
-	return board.ENET(mk2.ENET2, imx6ul.ENET2_IRQ, cfg, nil)
+	return board.ENET(mk2.ENET2, imx6ul.ENET2_IRQ, cfg, func(n *fec.NIC) error {
+		_, err := phylink.Start(n, phylink.Config{Name: "usbarmory: ENET2", Log: os.Stdout,
+			Link: fec.LinkConfig{Addrs: []int{0}, AfterReset: dp83825AfterReset}}, nil)
+		return err
+	})
 }

@@ -9,9 +9,10 @@
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo;
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
-//     GET / (a small status page). POST /mode needs the header
+//     POST /gc (a full garbage collection, then the runtime statistics),
+//     GET / (a small status page). POST /mode and POST /gc need the header
 //     "Authorization: Bearer <token>" with the image's control token; an
-//     image built without one refuses every POST /mode (403);
+//     image built without one refuses them (403);
 //   - TCP and UDP 5201: an iperf3 server.
 //
 // Sink, source and HTTP are bounded (Limits, limits.go): connections per
@@ -29,6 +30,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +128,7 @@ type Server struct {
 		Bytes  int64  `json:"bytes"`
 		SHA256 string `json:"sha256"`
 	}
+	sinkPattern SinkPatternStats
 }
 
 // Start listens on every port and serves in background goroutines.
@@ -156,6 +159,7 @@ func (s *Server) Start() error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
+	mux.HandleFunc("POST /gc", s.gc)
 	mux.HandleFunc("GET /{$}", s.index)
 	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
@@ -170,6 +174,7 @@ func (s *Server) serveSink(c net.Conn) {
 	buf := make([]byte, 64<<10)
 	var n int64
 	var first time.Time
+	var pc patternCheck
 	for {
 		k, err := c.Read(buf)
 		if k > 0 {
@@ -179,6 +184,7 @@ func (s *Server) serveSink(c net.Conn) {
 			n += int64(k)
 			if hash {
 				h.Write(buf[:k])
+				pc.add(buf[:k])
 			}
 		}
 		if err != nil {
@@ -197,6 +203,9 @@ func (s *Server) serveSink(c net.Conn) {
 	s.mu.Lock()
 	s.lastSink.Bytes, s.lastSink.SHA256 = n, strings.TrimPrefix(sum, "-")
 	s.mu.Unlock()
+	if hash {
+		s.recordPattern(&pc)
+	}
 	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
@@ -242,8 +251,11 @@ type Stats struct {
 	TxMode    string `json:"tx_mode"`
 	Copybreak int    `json:"copybreak"`
 	LastSink  any    `json:"last_sink"`
-	NIC       any    `json:"nic"`
-	IPv4      any    `json:"ipv4,omitempty"`
+	// SinkPattern compares what the sink received with the pattern (while
+	// it hashes).
+	SinkPattern SinkPatternStats `json:"sink_pattern"`
+	NIC         any              `json:"nic"`
+	IPv4        any              `json:"ipv4,omitempty"`
 	// Limits and Runtime are limits.go's: connections per service, the
 	// heap and goroutines.
 	Limits  LimitStats   `json:"limits"`
@@ -254,9 +266,11 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	tx, cb := s.Ctl.Mode()
 	s.mu.Lock()
 	last := s.lastSink
+	sp := s.sinkPattern
+	sp.Recent = append([]PatternDiff(nil), sp.Recent...)
 	s.mu.Unlock()
 	st := Stats{UptimeNs: int64(time.Since(s.Boot)), IdleNs: s.Ctl.IdleNanoseconds(),
-		TxMode: tx, Copybreak: cb, LastSink: last, NIC: s.Ctl.Stats()}
+		TxMode: tx, Copybreak: cb, LastSink: last, SinkPattern: sp, NIC: s.Ctl.Stats()}
 	if s.Net != nil {
 		st.IPv4 = s.Net.Status()
 	}
@@ -284,6 +298,24 @@ func (s *Server) authorised(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// gc runs full garbage collections and answers the runtime statistics
+// after it (the /stats "runtime" member): heap_alloc is then the live
+// heap, which a soak compares across load rounds to tell a leak from the
+// runtime keeping spans it has not needed to give back (heap_inuse). It
+// needs the control token: a collection stops the world, and anyone who
+// could trigger them at will could take the CPU.
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+	if !s.authorised(w, r) {
+		return
+	}
+	// Twice: objects in sync.Pool caches (gVisor's buffers among them)
+	// survive one collection in the pools' victim caches.
+	runtime.GC()
+	runtime.GC()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(runtimeStats())
 }
 
 func (s *Server) mode(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -90,5 +91,41 @@ func TestControlPortToken(t *testing.T) {
 		if ctl.set != 0 || s.noHash.Load() {
 			t.Errorf("auth %q: refused request changed the mode: %+v", c.auth, ctl)
 		}
+	}
+}
+
+// TestGCNeedsTokenAndCollects: POST /gc is refused without the control
+// token (403 on an image without one, 401 with a wrong one) and, with it,
+// runs a collection and answers the runtime statistics after it.
+func TestGCNeedsTokenAndCollects(t *testing.T) {
+	post := func(s *Server, auth string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/gc", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		s.gc(w, r)
+		return w
+	}
+	if BuildControlToken == "" {
+		if w := post(&Server{Ctl: &fakeCtl{}}, "Bearer x"); w.Code != http.StatusForbidden {
+			t.Errorf("no token in the image: status %d, want 403", w.Code)
+		}
+	}
+	s := &Server{Ctl: &fakeCtl{}, ControlToken: "secret"}
+	if w := post(s, "Bearer secre"); w.Code != http.StatusUnauthorized {
+		t.Errorf("wrong token: status %d, want 401", w.Code)
+	}
+	before := runtimeStats().NumGC
+	w := post(s, "Bearer secret")
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	var rs RuntimeStats
+	if err := json.Unmarshal(w.Body.Bytes(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs.NumGC <= before || rs.HeapAlloc == 0 {
+		t.Errorf("after POST /gc: %d collections (%d before), heap_alloc %d", rs.NumGC, before, rs.HeapAlloc)
 	}
 }

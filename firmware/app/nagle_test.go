@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // TestSmallWritesDoNotCrawl: an application on the firmware's stack
@@ -21,25 +22,49 @@ import (
 // retransmission timeouts; see netstack's
 // TestGVisorSmallWritesCrawlWithoutNagle). NewStack turns Nagle on, so the
 // sender coalesces while the window is closed.
-func TestSmallWritesDoNotCrawl(t *testing.T) {
+// stackPair is two firmware stacks (NewStack, 10.0.0.1 and 10.0.0.2) on
+// a pipe, the second's link endpoint wrapped by wrap when set, a listener
+// on the first's port 5001, and dial, which connects the second to it
+// (its connection has a 1-minute deadline). All close when t ends.
+func stackPair(t *testing.T, wrap func(stack.LinkEndpoint) stack.LinkEndpoint) (s2 *stack.Stack, l *gonet.TCPListener, dial func() *gonet.TCPConn) {
+	t.Helper()
 	a, b := netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.2/24")
 	m1, m2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
 	e1, e2 := pipe.New(tcpip.LinkAddress(m1[:]), tcpip.LinkAddress(m2[:]), 1500)
+	var ep2 stack.LinkEndpoint = e2
+	if wrap != nil {
+		ep2 = wrap(e2)
+	}
 	s1, err := NewStack(e1, m1, a, b.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s1.Close()
-	s2, err := NewStack(e2, m2, b, a.Addr())
+	t.Cleanup(s1.Close)
+	s2, err = NewStack(ep2, m2, b, a.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
-	l, err := gonet.ListenTCP(s1, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
-	if err != nil {
+	t.Cleanup(s2.Close)
+	to := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}
+	if l, err = gonet.ListenTCP(s1, to, ipv4.ProtocolNumber); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return s2, l, func() *gonet.TCPConn {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := gonet.DialContextTCP(ctx, s2, to, ipv4.ProtocolNumber)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(time.Minute))
+		return c
+	}
+}
+
+func TestSmallWritesDoNotCrawl(t *testing.T) {
+	s2, l, dial := stackPair(t, nil)
 	const total = 3 << 20
 	got := make(chan int64, 1)
 	go func() {
@@ -55,13 +80,7 @@ func TestSmallWritesDoNotCrawl(t *testing.T) {
 		n, _ := io.Copy(io.Discard, c)
 		got <- n
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := gonet.DialContextTCP(ctx, s2, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Port: 5001}, ipv4.ProtocolNumber)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.SetDeadline(time.Now().Add(time.Minute))
+	c := dial()
 	w := make([]byte, 64)
 	for sent := 0; sent < total; sent += len(w) {
 		if _, err := c.Write(w); err != nil {

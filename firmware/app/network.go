@@ -241,6 +241,18 @@ func newBareStack(ep stack.LinkEndpoint, mac [6]byte) (*stack.Stack, error) {
 	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &delay); err != nil {
 		return nil, fmt.Errorf("app: TCP delay: %v", err)
 	}
+	// SACK off (gVisor has it on). After a retransmission timeout,
+	// gVisor's SACK recovery keeps a lost flight counted in its pipe while
+	// fewer than three segments above it were SACKed, and sends a segment
+	// or two per timeout: a burst lost at a full RX ring but for its
+	// short last segment stalled host soak transfers for minutes
+	// (TestTailLossRecoversAtOnce; netstack's
+	// TestGVisorTailLossCrawlsWithSACK). Without SACK the timeout resends
+	// the flight in slow start.
+	sack := tcpip.TCPSACKEnabled(false)
+	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		return nil, fmt.Errorf("app: TCP SACK: %v", err)
+	}
 	return s, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/tamanic/tamanic/internal/pkttest"
 )
@@ -55,6 +56,9 @@ type Options struct {
 	// DefaultBuffers keeps gVisor's default TCP buffer sizes instead of
 	// 1 MiB by default, 4 MiB at most.
 	DefaultBuffers bool
+	// NoSACK turns TCP SACK off, as the firmware's stack has it (gVisor's
+	// default is on).
+	NoSACK bool
 }
 
 // New builds a stack on ep, with addresses Net4.i/24 and fd00::i/64.
@@ -99,6 +103,12 @@ func New(t testing.TB, ep stack.LinkEndpoint, i byte, o Options) *Host {
 		rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 4 << 20}
 		s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb)
 		s.SetTransportProtocolOption(tcp.ProtocolNumber, &rb)
+	}
+	if o.NoSACK {
+		sack := tcpip.TCPSACKEnabled(false)
+		if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+			t.Fatalf("SACK: %v", err)
+		}
 	}
 	return h
 }
@@ -203,6 +213,15 @@ type Xfer struct {
 	Timeout time.Duration
 	// Received, when set, counts the bytes the receiver has read so far.
 	Received *atomic.Int64
+	// MSS, when set, is the receiver's MSS (TCP_MAXSEG on the listener).
+	MSS int
+	// Write, when set, is the size of the sender's writes (default
+	// io.Copy's 32 KiB).
+	Write int
+	// Hold, when set, makes the receiver start reading only once this
+	// many bytes were written (or 3 s have passed, if the sender blocks
+	// before), so the window closes and the writes queue behind it.
+	Hold int64
 }
 
 // Transfer sends n bytes of Stream(port) from one host to the other over
@@ -220,12 +239,16 @@ func Transfer(t testing.TB, from, to *Host, v6 bool, port uint16, n int64, x Xfe
 	if x.Received == nil {
 		x.Received = new(atomic.Int64)
 	}
-	l, err := gonet.ListenTCP(to.S, tcpip.FullAddress{NIC: NIC, Addr: dst, Port: port}, proto)
+	l, err := listen(to.S, tcpip.FullAddress{NIC: NIC, Addr: dst, Port: port}, proto, x.MSS)
 	if err != nil {
-		return fmt.Errorf("listen: %v", err)
+		return err
 	}
 	defer l.Close()
 	defer watch(t, from, to, x.Received, n)()
+	holdOver := make(chan struct{})
+	if x.Hold == 0 {
+		close(holdOver)
+	}
 	got := make(chan []byte, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -236,6 +259,10 @@ func Transfer(t testing.TB, from, to *Host, v6 bool, port uint16, n int64, x Xfe
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(x.Timeout))
+		select { // also if the sender blocks before the mark
+		case <-holdOver:
+		case <-time.After(3 * time.Second):
+		}
 		h := sha256.New()
 		m, err := io.Copy(io.MultiWriter(h, counter{x.Received}), c)
 		if err != nil || m != n {
@@ -251,10 +278,25 @@ func Transfer(t testing.TB, from, to *Host, v6 bool, port uint16, n int64, x Xfe
 		return fmt.Errorf("dial: %v", err)
 	}
 	c.SetDeadline(time.Now().Add(x.Timeout))
+	start := time.Now()
+	defer func() {
+		// A transfer this slow is worth seeing (the campaign counts it).
+		if el := time.Since(start); el > 15*time.Second {
+			t.Logf("STALL: %d bytes took %v", n, el.Round(time.Millisecond))
+		}
+	}()
 	want := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(c, want), io.LimitReader(Stream(uint64(port)), n)); err != nil {
+	var out io.Writer = c
+	if x.Write > 0 {
+		out = &smallWrites{w: c, n: x.Write}
+	}
+	written := new(atomic.Int64)
+	if x.Hold > 0 {
+		out = &holdWriter{w: out, p: written, at: x.Hold, c: holdOver}
+	}
+	if _, err := io.Copy(io.MultiWriter(out, want), io.LimitReader(Stream(uint64(port)), n)); err != nil {
 		c.Close()
-		return fmt.Errorf("send: %v", err)
+		return fmt.Errorf("send: %v (sent %d of %d bytes)", err, written.Load(), n)
 	}
 	c.Close()
 	select {
@@ -268,6 +310,72 @@ func Transfer(t testing.TB, from, to *Host, v6 bool, port uint16, n int64, x Xfe
 		return fmt.Errorf("transfer of %d bytes timed out", n)
 	}
 	return nil
+}
+
+// listen is gonet.ListenTCP with the listener's MSS set when mss is not
+// zero (connections inherit it).
+func listen(s *stack.Stack, addr tcpip.FullAddress, proto tcpip.NetworkProtocolNumber, mss int) (*gonet.TCPListener, error) {
+	if mss == 0 {
+		l, err := gonet.ListenTCP(s, addr, proto)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %v", err)
+		}
+		return l, nil
+	}
+	var wq waiter.Queue
+	ep, terr := s.NewEndpoint(tcp.ProtocolNumber, proto, &wq)
+	if terr != nil {
+		return nil, fmt.Errorf("endpoint: %v", terr)
+	}
+	if terr := ep.SetSockOptInt(tcpip.MaxSegOption, mss); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("TCP_MAXSEG %d: %v", mss, terr)
+	}
+	if terr := ep.Bind(addr); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("bind: %v", terr)
+	}
+	if terr := ep.Listen(10); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("listen: %v", terr)
+	}
+	return gonet.NewTCPListener(s, &wq, ep), nil
+}
+
+// smallWrites writes in pieces of n bytes, as an application making many
+// small writes does.
+type smallWrites struct {
+	w io.Writer
+	n int
+}
+
+func (s *smallWrites) Write(b []byte) (int, error) {
+	k := 0
+	for k < len(b) {
+		m, err := s.w.Write(b[k:min(len(b), k+s.n)])
+		k += m
+		if err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// holdWriter counts what was written and closes c once at bytes have been.
+type holdWriter struct {
+	w  io.Writer
+	p  *atomic.Int64
+	at int64
+	c  chan struct{}
+}
+
+func (h *holdWriter) Write(b []byte) (int, error) {
+	n, err := h.w.Write(b)
+	if h.p.Add(int64(n)) >= h.at && h.c != nil {
+		close(h.c)
+		h.c = nil
+	}
+	return n, err
 }
 
 // counter is an io.Writer that counts what passes.

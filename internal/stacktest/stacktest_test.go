@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
 	"gvisor.dev/gvisor/pkg/tcpip/link/pipe"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 // pipePair builds two hosts joined by gVisor's in-memory pipe.
@@ -94,5 +96,22 @@ func TestWire(t *testing.T) {
 	w.Check(r, 1514, true)
 	if len(r.errs) != 2 || w.MaxLen() != 1600 {
 		t.Errorf("undecodable 1600-byte frame: %q, longest %d", r.errs, w.MaxLen())
+	}
+}
+
+// TestShapedTransfer: a transfer with the receiver's MSS set, small
+// writes and a receiver that starts late moves every byte, and NoSACK
+// turns SACK off.
+func TestShapedTransfer(t *testing.T) {
+	a, b := pipePair(t, Options{NoSACK: true})
+	var sack tcpip.TCPSACKEnabled
+	if err := a.S.TransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil || sack {
+		t.Fatalf("SACK %v (%v) with NoSACK", sack, err)
+	}
+	if err := Transfer(t, a, b, false, 7001, 300<<10, Xfer{MSS: 536, Write: 1000, Hold: 200 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Transfer(t, a, b, true, 7002, 64<<10, Xfer{MSS: 1 << 20}); err == nil {
+		t.Fatal("an MSS gVisor refuses was accepted")
 	}
 }
