@@ -436,11 +436,11 @@ func TestMIBCountersFollowTraffic(t *testing.T) {
 // device reads, the bug QEMU can never show.
 type skipClean struct{ *dmatest.Memory }
 
-func (s skipClean) SyncForDevice(b dma.Buffer, d dma.Dir) {
+func (s skipClean) SyncForDevice(b *dma.Buffer, off, n int, d dma.Dir) {
 	if d == dma.ToDevice {
 		return
 	}
-	s.Memory.SyncForDevice(b, d)
+	s.Memory.SyncForDevice(b, off, n, d)
 }
 
 func TestAMissingCacheCleanIsCaughtByTheDMAModel(t *testing.T) {
@@ -467,7 +467,7 @@ func TestAMissingCacheCleanIsCaughtByTheDMAModel(t *testing.T) {
 // skipInvalidate forgets to invalidate before the CPU reads RX data.
 type skipInvalidate struct{ *dmatest.Memory }
 
-func (s skipInvalidate) SyncForCPU(b dma.Buffer, d dma.Dir) {}
+func (s skipInvalidate) SyncForCPU(b *dma.Buffer, off, n int, d dma.Dir) {}
 
 func TestAMissingInvalidateIsCaughtByTheDMAModel(t *testing.T) {
 	mem := dmatest.New(nil, dmatest.Options{})

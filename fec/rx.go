@@ -39,7 +39,7 @@ func (p *Packet) Release() error {
 	}
 	if p.buf.Valid() {
 		if r.closed {
-			n.mem.SyncForCPU(p.buf, dma.FromDevice)
+			n.mem.SyncForCPU(&p.buf, 0, p.buf.Len(), dma.FromDevice)
 			_ = n.mem.Free(p.buf)
 		} else {
 			r.spares = append(r.spares, p.buf)
@@ -150,17 +150,17 @@ func (r *rxRing) alloc(n *NIC) error {
 func (r *rxRing) free(n *NIC) error {
 	r.closed = true
 	var first error
-	release := func(b dma.Buffer) {
-		n.mem.SyncForCPU(b, dma.FromDevice)
-		if err := n.mem.Free(b); err != nil && first == nil {
+	release := func(b *dma.Buffer) {
+		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+		if err := n.mem.Free(*b); err != nil && first == nil {
 			first = err
 		}
 	}
-	for _, b := range r.bufs {
-		release(b)
+	for i := range r.bufs {
+		release(&r.bufs[i])
 	}
-	for _, b := range r.spares {
-		release(b)
+	for i := range r.spares {
+		release(&r.spares[i])
 	}
 	r.bufs, r.spares = nil, nil
 	if err := n.mem.Free(r.desc); err != nil && first == nil {
@@ -173,7 +173,7 @@ func (r *rxRing) free(n *NIC) error {
 func (r *rxRing) reset(n *NIC) {
 	for i := 0; i < r.r.n; i++ {
 		if !r.posted {
-			n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
+			n.mem.SyncForDevice(&r.bufs[i], 0, r.bufs[i].Len(), dma.FromDevice)
 		}
 		r.fill(n, i)
 	}
@@ -303,9 +303,9 @@ func (n *NIC) Receive() (*Packet, error) {
 		// buf points into r.bufs: a dma.Buffer is six words, and every
 		// copy of one costs a runtime.duffcopy call on GOARM=7.
 		buf := &r.bufs[i]
-		synced := buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len()))
-		n.mem.SyncForCPU(synced, dma.FromDevice)
-		r.stats.Invalidated += uint64(synced.Len())
+		synced := min(dma.AlignUp(length, dma.CacheLine), buf.Len())
+		n.mem.SyncForCPU(buf, 0, synced, dma.FromDevice)
+		r.stats.Invalidated += uint64(synced)
 		csum, flagged := n.rxVerdict(e0, e1)
 		if flagged {
 			r.stats.CsumFlagged++
@@ -325,7 +325,7 @@ func (n *NIC) Receive() (*Packet, error) {
 			}
 			p.small = sb
 			p.Data = sb[:copy(sb, buf.Bytes()[off:off+plen])]
-			n.mem.SyncForDevice(synced, dma.FromDevice)
+			n.mem.SyncForDevice(buf, 0, synced, dma.FromDevice)
 			r.stats.Copybreak++
 			r.stats.Copied += uint64(plen)
 		} else {
@@ -333,7 +333,7 @@ func (n *NIC) Receive() (*Packet, error) {
 				return nil, r.noBuffer(n, i, synced, "spare buffers", n.cfg.RxSpare)
 			}
 			k := len(r.spares) - 1
-			n.mem.SyncForDevice(r.spares[k], dma.FromDevice)
+			n.mem.SyncForDevice(&r.spares[k], 0, r.spares[k].Len(), dma.FromDevice)
 			p.buf = *buf
 			*buf = r.spares[k]
 			r.spares[k] = dma.Buffer{}
@@ -352,9 +352,10 @@ func (n *NIC) Receive() (*Packet, error) {
 
 // noBuffer gives descriptor i's buffer back when there is nothing to hand
 // its frame up in, counts, and says why.
-func (r *rxRing) noBuffer(n *NIC, i int, synced dma.Buffer, what string, held int) error {
+// synced is how many leading bytes of its buffer were synced for the CPU.
+func (r *rxRing) noBuffer(n *NIC, i int, synced int, what string, held int) error {
 	r.stats.NoBuffer++
-	n.mem.SyncForDevice(synced, dma.FromDevice)
+	n.mem.SyncForDevice(&r.bufs[i], 0, synced, dma.FromDevice)
 	r.repost(n, i)
 	return fmt.Errorf("%w: all %d %s held by the caller", ErrNoRxBuffer, held, what)
 }
@@ -423,8 +424,8 @@ func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
 		r.mu.Unlock()
 		return nil, CsumInfo{}, st
 	}
-	b := r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen))
-	n.mem.SyncForCPU(b, dma.FromDevice)
+	b := &r.bufs[i]
+	n.mem.SyncForCPU(b, 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
 	csum, _ = n.rxVerdict(e0, e1)
 	data = b.Bytes()[off : length-4]
 	r.mu.Unlock()
@@ -484,7 +485,7 @@ func (n *NIC) DropNext() error {
 		r.mu.Unlock()
 		return ErrNotPeekable
 	}
-	n.mem.SyncForDevice(r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen)), dma.FromDevice)
+	n.mem.SyncForDevice(&r.bufs[i], 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
 	r.stats.Skipped++
 	r.repost(n, i)
 	r.mu.Unlock()

@@ -27,16 +27,19 @@ type TxOptions struct {
 
 // txSlot is the software state of one TX descriptor.
 type txSlot struct {
-	mapped  dma.Buffer // in-place mapping, unmapped at completion
-	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
-	// What the descriptor points at, and which of mapped and scratch is
-	// set: reading them through the Buffers' methods copied the Buffer
-	// each time (a runtime.duffcopy call on GOARM=7).
-	addr                  dma.Addr
-	hasMapped, hasScratch bool
-	last                  bool // completes the caller's frame or GSO packet
-	cookie                any
-	err                   error // reported with the completion (a GSO packet cut short)
+	mapped dma.Buffer // in-place mapping, unmapped at completion
+	// Copied bytes: the scratchLen bytes at scratchOff of scratch (the
+	// slot or bounce allocation), synced back at completion. Buffers are
+	// never copied on this path: a copy costs a runtime.duffcopy call on
+	// GOARM=7.
+	scratch                *dma.Buffer
+	scratchOff, scratchLen int
+	// What the descriptor points at, and whether mapped is set.
+	addr      dma.Addr
+	hasMapped bool
+	last      bool // completes the caller's frame or GSO packet
+	cookie    any
+	err       error // reported with the completion (a GSO packet cut short)
 }
 
 type txRing struct {
@@ -153,14 +156,14 @@ func (t *txRing) release(n *NIC, i int, err error) {
 	// Fields are cleared one by one, only when set: zeroing the whole
 	// slot costs a runtime.duffzero call per descriptor on GOARM=7.
 	if s.hasMapped {
-		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
+		if uerr := n.mem.Unmap(&s.mapped, dma.ToDevice); uerr != nil && err == nil {
 			err = uerr
 		}
-		s.mapped, s.hasMapped = dma.Buffer{}, false
+		s.hasMapped = false
 	}
-	if s.hasScratch {
-		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
-		s.scratch, s.hasScratch = dma.Buffer{}, false
+	if s.scratch != nil {
+		n.mem.SyncForCPU(s.scratch, s.scratchOff, s.scratchLen, dma.ToDevice)
+		s.scratch = nil
 	}
 	if s.last {
 		if err == nil {
@@ -292,12 +295,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		s := &segs[j]
 		var addr dma.Addr
 		if s.Copied {
-			addr = t.scratchBuf(&sl.scratch, i, s.Data)
-			sl.hasScratch = true
-			n.mem.SyncForDevice(sl.scratch, dma.ToDevice)
+			addr = t.scratchBuf(sl, s.Data)
+			n.mem.SyncForDevice(sl.scratch, sl.scratchOff, sl.scratchLen, dma.ToDevice)
 		} else {
-			var err error
-			if sl.mapped, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
+			if err := n.mem.Map(&sl.mapped, s.Data, dma.ToDevice); err != nil {
 				t.stats.MapErrors++
 				for k := 0; k < j; k++ {
 					t.release(n, t.r.add(t.cur, k), nil)
@@ -363,17 +364,18 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	return nil
 }
 
-// scratchBuf sets *b to the DMA buffer of bytes data copied into
-// descriptor i's slot or bounce buffer, and returns its device address.
-func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) dma.Addr {
+// scratchBuf records in sl where data, bytes copied into a slot or bounce
+// buffer, lie in their allocation, and returns their device address.
+func (t *txRing) scratchBuf(sl *txSlot, data []byte) dma.Addr {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	sl.scratchLen = len(data)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.slotMem)))
 	if p >= base && p < base+uintptr(len(t.slotMem)) {
-		*b = t.slotAr.Slice(int(p-base), len(data))
+		sl.scratch, sl.scratchOff = &t.slotAr, int(p-base)
 		return t.slotAddr + dma.Addr(p-base)
 	}
 	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncMem)))
-	*b = t.bncAr.Slice(int(p-bb), len(data))
+	sl.scratch, sl.scratchOff = &t.bncAr, int(p-bb)
 	return t.bncAddr + dma.Addr(p-bb)
 }
 
