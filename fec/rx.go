@@ -3,6 +3,7 @@ package fec
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -185,18 +186,19 @@ func (r *rxRing) reset(n *NIC) {
 // reset because the MAC (and QEMU, which never writes them) may leave stale
 // verdicts there.
 func (r *rxRing) fill(n *NIC, i int) {
-	r.r.store(i, dwAddr, uint32(r.bufs[i].Addr()))
+	d := r.r.at(i)
+	storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	if n.enhanced {
-		r.r.store(i, dwExt0, RXE_INT)
-		r.r.store(i, dwExt1, 0)
-		r.r.store(i, dwExt2, 0)
+		storeWord(descWord(d, dwExt0), RXE_INT)
+		storeWord(descWord(d, dwExt1), 0)
+		storeWord(descWord(d, dwExt2), 0)
 	}
 	st := RX_E
 	if i == r.r.n-1 {
 		st |= RX_W
 	}
 	n.mem.Barrier()
-	r.r.store(i, dwLenStatus, lenStatus(0, uint16(st)))
+	storeWord(descWord(d, dwLenStatus), lenStatus(0, uint16(st)))
 }
 
 // repost returns descriptor i to the uDMA and advances.
@@ -440,7 +442,8 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 	if r.dropping {
 		return 0, 0, 0, 0, PeekOther
 	}
-	ls := r.r.load(i, dwLenStatus)
+	d := r.r.at(i)
+	ls := atomic.LoadUint32(descWord(d, dwLenStatus))
 	rs := RxStatus(ls >> 16)
 	if rs&RX_E != 0 {
 		return 0, 0, 0, 0, PeekNone
@@ -449,10 +452,10 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	if n.enhanced {
-		if r.r.load(i, dwExt2)&BDU == 0 {
+		if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
-		e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+		e0, e1 = atomic.LoadUint32(descWord(d, dwExt0)), atomic.LoadUint32(descWord(d, dwExt1))
 	}
 	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
 		return 0, 0, 0, 0, PeekOther
