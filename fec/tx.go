@@ -3,6 +3,7 @@ package fec
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/bounce"
@@ -419,18 +420,19 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 	c := 0
 	for t.inFlight > 0 {
 		i := t.dirty
-		ls := t.r.load(i, dwLenStatus)
+		d := t.r.at(i)
+		ls := atomic.LoadUint32(descWord(d, dwLenStatus))
 		if TxStatus(ls>>16)&TX_R != 0 {
-			break
-		}
-		// R may clear before the error status and BDU are written (Table
-		// 22-37): wait for BDU before reading the frame's status.
-		if t.slots[i].last && n.enhanced && t.r.load(i, dwExt2)&BDU == 0 {
 			break
 		}
 		var err error
 		if t.slots[i].last && n.enhanced {
-			if e := t.r.load(i, dwExt0); e&TXE_TXE != 0 {
+			// R may clear before the error status and BDU are written
+			// (Table 22-37): wait for BDU before reading the frame's status.
+			if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+				break
+			}
+			if e := atomic.LoadUint32(descWord(d, dwExt0)); e&TXE_TXE != 0 {
 				err = t.txError(e)
 			}
 		}
