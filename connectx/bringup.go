@@ -261,8 +261,8 @@ func (n *NIC) givePages(want int) error {
 				n.freePages(bufs)
 				return fmt.Errorf("connectx: firmware page %d of %d: %w", i, k, err)
 			}
-			n.mem.SyncForDevice(b, dma.Bidirectional)
 			bufs = append(bufs, b)
+			n.mem.SyncForDevice(&bufs[i], 0, b.Len(), dma.Bidirectional)
 			put64(in, 0x10+8*i, uint64(b.Addr()))
 		}
 		if _, err := n.exec(in, 0x10); err != nil {
@@ -279,9 +279,9 @@ func (n *NIC) givePages(want int) error {
 }
 
 func (n *NIC) freePages(bufs []dma.Buffer) {
-	for _, b := range bufs {
-		n.mem.SyncForCPU(b, dma.Bidirectional)
-		_ = n.mem.Free(b)
+	for i := range bufs {
+		n.mem.SyncForCPU(&bufs[i], 0, bufs[i].Len(), dma.Bidirectional)
+		_ = n.mem.Free(bufs[i])
 	}
 }
 

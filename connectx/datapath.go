@@ -65,7 +65,7 @@ func (n *NIC) allocRx() error {
 	}
 	pool := n.rq.pool
 	n.pushMem("receive buffers", func() error {
-		n.mem.SyncForCPU(pool, dma.FromDevice)
+		n.mem.SyncForCPU(&pool, 0, pool.Len(), dma.FromDevice)
 		return n.mem.Free(pool)
 	})
 	n.rq.slotBuf = make([]uint32, n.cfg.RxRing)
@@ -81,8 +81,8 @@ func (n *NIC) allocRx() error {
 // postRx writes buffer id into the next RQ slot (the caller publishes the
 // doorbell record).
 func (n *NIC) postRx(id uint32) {
-	b := n.rq.bufs[id]
-	n.mem.SyncForDevice(b, dma.FromDevice)
+	b := &n.rq.bufs[id]
+	n.mem.SyncForDevice(b, 0, b.Len(), dma.FromDevice)
 	i := n.rq.pc & (n.rq.size - 1)
 	d := DataSeg{ByteCount: uint32(b.Len()), LKey: n.obj.rlkey, Addr: uint64(b.Addr())}
 	d.Encode(n.rq.buf.Bytes()[i*DSSize:])
@@ -257,14 +257,15 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	at := sq.pc & (sq.size - 1)
 	maps := sq.slots[at].maps[:0] // reuse the slot's slice: no allocation per send
 	for _, d := range data {
-		b, err := n.mem.Map(d, dma.ToDevice)
-		if err != nil {
-			for _, m := range maps {
-				_ = n.mem.Unmap(m, dma.ToDevice)
+		// Mapped in place in the slot's slice: no dma.Buffer copies.
+		maps = append(maps, dma.Buffer{})
+		if err := n.mem.Map(&maps[len(maps)-1], d, dma.ToDevice); err != nil {
+			maps = maps[:len(maps)-1]
+			for k := range maps {
+				_ = n.mem.Unmap(&maps[k], dma.ToDevice)
 			}
 			return done, fmt.Errorf("connectx: map %d bytes: %w", len(d), err)
 		}
-		maps = append(maps, b)
 	}
 	w := ring[at*WQEBB : (at+nbb)*WQEBB]
 	clear(w)
@@ -311,8 +312,8 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 		s := &sq.slots[sq.cc&(sq.size-1)]
 		last := !all && uint16(sq.cc) == counter
 		if s.live {
-			for _, m := range s.maps {
-				_ = n.mem.Unmap(m, dma.ToDevice)
+			for k := range s.maps {
+				_ = n.mem.Unmap(&s.maps[k], dma.ToDevice)
 			}
 			var e error
 			if last || all {
@@ -501,9 +502,9 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 	n.mem.Barrier()
 	storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
 	id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
-	b := n.rq.bufs[id]
+	b := &n.rq.bufs[id]
 	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len() {
-		n.mem.SyncForCPU(b, dma.FromDevice)
+		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
 		n.stats.RxPackets++
 		n.stats.RxBytes += uint64(c.ByteCnt)
 		l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
@@ -514,7 +515,7 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 			csum: c.CheckSum}, nil
 	}
 	n.stats.RxErrors++
-	n.mem.SyncForCPU(b, dma.FromDevice)
+	n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
 	n.postRx(id)
 	n.mem.Barrier()
 	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)

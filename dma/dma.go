@@ -74,8 +74,10 @@ const (
 const CacheLine = 64
 
 // Buffer is DMA-reachable memory: the CPU's view and the device's address of
-// the same bytes. The zero Buffer is invalid. Buffers are small values;
-// Slice narrows one without allocating.
+// the same bytes. The zero Buffer is invalid. Slice narrows one without
+// allocating. Its methods take a pointer: a Buffer is six words on 32-bit
+// ARM, too big for registers, and every copy of one (a value receiver
+// included) is a runtime.duffcopy call.
 type Buffer struct {
 	cpu  []byte
 	addr Addr
@@ -88,27 +90,34 @@ func MakeBuffer(cpu []byte, addr Addr, tag uint32) Buffer {
 }
 
 // Bytes returns the CPU view.
-func (b Buffer) Bytes() []byte { return b.cpu }
+func (b *Buffer) Bytes() []byte { return b.cpu }
 
 // Addr returns the device address of the first byte.
-func (b Buffer) Addr() Addr { return b.addr }
+func (b *Buffer) Addr() Addr { return b.addr }
 
 // Len returns the length in bytes.
-func (b Buffer) Len() int { return len(b.cpu) }
+func (b *Buffer) Len() int { return len(b.cpu) }
 
 // Tag returns the implementation's handle for the allocation or mapping.
-func (b Buffer) Tag() uint32 { return b.tag }
+func (b *Buffer) Tag() uint32 { return b.tag }
 
 // Valid reports whether b came from a Memory.
-func (b Buffer) Valid() bool { return b.tag != 0 }
+func (b *Buffer) Valid() bool { return b.tag != 0 }
 
 // Slice returns the n bytes at off. It panics if they are out of range, as a
 // slice expression would.
-func (b Buffer) Slice(off, n int) Buffer {
+func (b *Buffer) Slice(off, n int) Buffer {
 	return Buffer{cpu: b.cpu[off : off+n : off+n], addr: b.addr + Addr(off), tag: b.tag}
 }
 
 // Memory is everything a driver needs of DMA memory.
+//
+// The per-frame methods (Map, Unmap and the syncs) take the Buffer by
+// pointer: a Buffer is six words on 32-bit ARM, and passing one by value
+// through an interface copies it with a runtime.duffcopy call every time.
+// The pointer must point at memory that outlives the call anyway (a field
+// of the driver's ring state): the address of a local Buffer escapes to the
+// heap through the interface call. Implementations do not keep the pointer.
 type Memory interface {
 	// Alloc reserves size bytes aligned to align (a power of two, at least
 	// CacheLine for Cached memory). Cached allocations start owned by the
@@ -117,15 +126,20 @@ type Memory interface {
 	// Free returns an allocation. The device must not own any of it.
 	Free(b Buffer) error
 	// Map hands memory that did not come from Alloc (a packet payload on the
-	// heap) to the device for dir, including SyncForDevice, and returns the
-	// Buffer the device uses. It must not allocate in steady state.
-	Map(p []byte, dir Dir) (Buffer, error)
-	// Unmap ends a mapping made by Map, including SyncForCPU for dir.
-	Unmap(b Buffer, dir Dir) error
-	// SyncForDevice hands b (an allocation or part of one) to the device.
-	SyncForDevice(b Buffer, dir Dir)
-	// SyncForCPU takes b back from the device.
-	SyncForCPU(b Buffer, dir Dir)
+	// heap) to the device for dir, including SyncForDevice, and sets *b to
+	// the Buffer the device uses (to the zero Buffer on error). It must not
+	// allocate in steady state.
+	Map(b *Buffer, p []byte, dir Dir) error
+	// Unmap ends the mapping *b made by Map, including SyncForCPU for dir.
+	Unmap(b *Buffer, dir Dir) error
+	// SyncForDevice hands the n bytes at offset off of *b (an allocation, a
+	// mapping, or part of one) to the device, as Linux's
+	// dma_sync_single_range_for_device. A range outside *b is a bug of the
+	// caller, as an out-of-range slice expression is.
+	SyncForDevice(b *Buffer, off, n int, dir Dir)
+	// SyncForCPU takes the n bytes at offset off of *b back from the
+	// device.
+	SyncForCPU(b *Buffer, off, n int, dir Dir)
 	// Barrier completes all earlier CPU stores to memory before any later
 	// store, register writes included (ARM: DSB).
 	Barrier()

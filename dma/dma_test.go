@@ -66,27 +66,28 @@ func TestSystemMaintainsTheCacheByDirection(t *testing.T) {
 	if d.Addr() != 0x8800_0000 {
 		t.Fatalf("coherent at %#x", d.Addr())
 	}
-	s.SyncForDevice(b, dma.ToDevice)
-	s.SyncForDevice(b, dma.FromDevice)
-	s.SyncForDevice(b, dma.Bidirectional)
-	s.SyncForCPU(b, dma.ToDevice) // nothing to do
-	s.SyncForCPU(b, dma.FromDevice)
-	s.SyncForDevice(d, dma.ToDevice) // coherent: barrier only
+	s.SyncForDevice(&b, 0, b.Len(), dma.ToDevice)
+	s.SyncForDevice(&b, 0, b.Len(), dma.FromDevice)
+	s.SyncForDevice(&b, 0, b.Len(), dma.Bidirectional)
+	s.SyncForCPU(&b, 0, b.Len(), dma.ToDevice) // nothing to do
+	s.SyncForCPU(&b, 0, b.Len(), dma.FromDevice)
+	s.SyncForDevice(&d, 0, d.Len(), dma.ToDevice) // coherent: barrier only
 	want := []string{"clean 100", "dsb", "inv 100", "dsb", "flush 100", "dsb", "inv 100", "dsb", "dsb"}
 	if fmt.Sprint(c.ops) != fmt.Sprint(want) {
 		t.Fatalf("ops %v\nwant %v", c.ops, want)
 	}
-	m, err := s.Map(ram[3:50], dma.ToDevice)
+	var m dma.Buffer
+	err = s.Map(&m, ram[3:50], dma.ToDevice)
 	if err != nil || m.Len() != 47 {
 		t.Fatal(err)
 	}
-	if err := s.Unmap(m, dma.ToDevice); err != nil {
+	if err := s.Unmap(&m, dma.ToDevice); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Unmap(b, dma.ToDevice); err == nil {
+	if err := s.Unmap(&b, dma.ToDevice); err == nil {
 		t.Fatal("unmapped an allocation")
 	}
-	if _, err := s.Map(nil, dma.ToDevice); err == nil {
+	if err := s.Map(new(dma.Buffer), nil, dma.ToDevice); err == nil {
 		t.Fatal("mapped nothing")
 	}
 	if err := s.Free(b); err != nil {
@@ -116,18 +117,19 @@ func TestSystemMaintainsTheCacheByDirection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.SyncForDevice(ub, dma.ToDevice)
-	u.SyncForCPU(ub, dma.FromDevice)
-	um, err := u.Map(ram[3:50], dma.ToDevice)
+	u.SyncForDevice(&ub, 0, ub.Len(), dma.ToDevice)
+	u.SyncForCPU(&ub, 0, ub.Len(), dma.FromDevice)
+	var um dma.Buffer
+	err = u.Map(&um, ram[3:50], dma.ToDevice)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.SyncForCPU(um, dma.FromDevice)
+	u.SyncForCPU(&um, 0, um.Len(), dma.FromDevice)
 	if want := []string{"dsb", "clean 47", "dsb", "inv 47", "dsb"}; fmt.Sprint(c.ops) != fmt.Sprint(want) {
 		t.Fatalf("uncached region ops %v\nwant %v", c.ops, want)
 	}
 	narrow := dma.NewSystem(dma.SystemConfig{RAMStart: 1, RAMEnd: 2})
-	if _, err := narrow.Map(ram, dma.ToDevice); !errors.Is(err, dma.ErrUnreadable) {
+	if err := narrow.Map(new(dma.Buffer), ram, dma.ToDevice); !errors.Is(err, dma.ErrUnreadable) {
 		t.Fatalf("map outside RAM: %v", err)
 	}
 }
@@ -135,7 +137,7 @@ func TestSystemMaintainsTheCacheByDirection(t *testing.T) {
 func TestBufferHelpers(t *testing.T) {
 	b := dma.MakeBuffer(make([]byte, 128), 0x1000, 7)
 	s := b.Slice(64, 32)
-	if s.Addr() != 0x1040 || s.Len() != 32 || s.Tag() != 7 || !s.Valid() || (dma.Buffer{}).Valid() {
+	if s.Addr() != 0x1040 || s.Len() != 32 || s.Tag() != 7 || !s.Valid() || new(dma.Buffer).Valid() {
 		t.Fatalf("slice %v", s)
 	}
 	if st, n := dma.LineSpan(0x1010, 0x40); st != 0x1000 || n != 0x80 {

@@ -113,60 +113,64 @@ func (s *System) region(attr Attr) (RegionConfig, *Arena, uint32) {
 }
 
 // Map implements Memory.
-func (s *System) Map(p []byte, dir Dir) (Buffer, error) {
+func (s *System) Map(b *Buffer, p []byte, dir Dir) error {
+	b.cpu, b.addr, b.tag = nil, 0, 0
 	if len(p) == 0 {
-		return Buffer{}, fmt.Errorf("dma: map of empty slice")
+		return fmt.Errorf("dma: map of empty slice")
 	}
 	c := cpuAddr(p)
 	if c < s.cfg.RAMStart || c+uintptr(len(p)) > s.cfg.RAMEnd {
-		return Buffer{}, fmt.Errorf("dma: map %#x+%d: %w", c, len(p), ErrUnreadable)
+		return fmt.Errorf("dma: map %#x+%d: %w", c, len(p), ErrUnreadable)
 	}
-	b := Buffer{cpu: p, addr: Addr(c) + s.cfg.BusOffset, tag: tagMapped}
-	s.SyncForDevice(b, dir)
-	return b, nil
+	b.cpu, b.addr, b.tag = p, Addr(c)+s.cfg.BusOffset, tagMapped
+	s.SyncForDevice(b, 0, len(p), dir)
+	return nil
 }
 
 // Unmap implements Memory.
-func (s *System) Unmap(b Buffer, dir Dir) error {
+func (s *System) Unmap(b *Buffer, dir Dir) error {
 	if b.tag != tagMapped {
 		return fmt.Errorf("dma: unmap %#x: %w", b.addr, ErrNotMapped)
 	}
-	s.SyncForCPU(b, dir)
+	s.SyncForCPU(b, 0, len(b.cpu), dir)
 	return nil
 }
 
 // SyncForDevice implements Memory.
-func (s *System) SyncForDevice(b Buffer, dir Dir) {
-	if s.cfg.Cache == nil || s.uncached(b) || len(b.cpu) == 0 {
+func (s *System) SyncForDevice(b *Buffer, off, n int, dir Dir) {
+	p := b.cpu[off : off+n]
+	if s.cfg.Cache == nil || s.uncached(b.tag) || len(p) == 0 {
 		s.Barrier()
 		return
 	}
-	c := cpuAddr(b.cpu)
+	c := cpuAddr(p)
 	switch dir {
 	case ToDevice:
-		s.cfg.Cache.Clean(c, len(b.cpu))
+		s.cfg.Cache.Clean(c, len(p))
 	case FromDevice:
-		s.cfg.Cache.Invalidate(c, len(b.cpu))
+		s.cfg.Cache.Invalidate(c, len(p))
 	default:
-		s.cfg.Cache.CleanInvalidate(c, len(b.cpu))
+		s.cfg.Cache.CleanInvalidate(c, len(p))
 	}
 	s.cfg.Cache.Barrier()
 }
 
 // SyncForCPU implements Memory.
-func (s *System) SyncForCPU(b Buffer, dir Dir) {
-	if s.cfg.Cache == nil || s.uncached(b) || len(b.cpu) == 0 || dir == ToDevice {
+func (s *System) SyncForCPU(b *Buffer, off, n int, dir Dir) {
+	p := b.cpu[off : off+n]
+	if s.cfg.Cache == nil || s.uncached(b.tag) || len(p) == 0 || dir == ToDevice {
 		return
 	}
 	// Invalidate again after the transfer: the CPU may have speculatively
 	// refilled lines while the device owned them.
-	s.cfg.Cache.Invalidate(cpuAddr(b.cpu), len(b.cpu))
+	s.cfg.Cache.Invalidate(cpuAddr(p), len(p))
 	s.cfg.Cache.Barrier()
 }
 
-// uncached reports whether b lies in memory the MMU maps uncached.
-func (s *System) uncached(b Buffer) bool {
-	return b.tag == tagCoherent || b.tag == tagCached && s.cfg.Cached.Uncached
+// uncached reports whether a buffer tagged tag lies in memory the MMU maps
+// uncached.
+func (s *System) uncached(tag uint32) bool {
+	return tag == tagCoherent || tag == tagCached && s.cfg.Cached.Uncached
 }
 
 // Barrier implements Memory.

@@ -54,7 +54,7 @@ func (r *rxRing) load(i, w int) uint32     { return atomic.LoadUint32(r.word(i, 
 // arm gives descriptor i its buffer in the read format: the buffer
 // address, and a zero upper half (which clears DD).
 func (r *rxRing) arm(m dma.Memory, i int) {
-	m.SyncForDevice(r.bufs[i].buf, dma.FromDevice)
+	m.SyncForDevice(&r.bufs[i].buf, 0, r.bufs[i].buf.Len(), dma.FromDevice)
 	a := uint64(r.bufs[i].buf.Addr())
 	r.store(i, 0, uint32(a))
 	r.store(i, 1, uint32(a>>32))
@@ -144,7 +144,7 @@ func (n *NIC) Receive() (*Frame, error) {
 	var f *Frame
 	// The device wrote the buffer: take it back before reading it or
 	// handing it to the device again.
-	n.cfg.Mem.SyncForCPU(buf, dma.FromDevice)
+	n.cfg.Mem.SyncForCPU(&slot.buf, 0, buf.Len(), dma.FromDevice)
 	if err == nil {
 		f = slot
 		f.n, f.data, f.IPv4, f.L4 = n, buf.Bytes()[:ln], false, false

@@ -119,11 +119,11 @@ func (t *txRing) abort(m dma.Memory) []any {
 func (t *txRing) release(m dma.Memory, i int) {
 	s := &t.slots[i]
 	if s.mapped {
-		_ = m.Unmap(s.m, dma.ToDevice)
+		_ = m.Unmap(&s.m, dma.ToDevice)
 		s.mapped = false
 	}
 	if s.hdr {
-		m.SyncForCPU(t.hdrs.Slice(i*hdrSlot, hdrSlot), dma.ToDevice)
+		m.SyncForCPU(&t.hdrs, i*hdrSlot, hdrSlot, dma.ToDevice)
 		s.hdr = false
 	}
 }
@@ -203,19 +203,18 @@ func (n *NIC) putData(first int, hdr []byte, frags [][]byte, cmd, popts uint32, 
 	t := &n.tx
 	if hdr != nil {
 		i := t.tail
-		slot := t.hdrs.Slice(i*hdrSlot, hdrSlot)
-		copy(slot.Bytes(), hdr)
-		n.cfg.Mem.SyncForDevice(slot, dma.ToDevice)
+		copy(t.hdrs.Bytes()[i*hdrSlot:(i+1)*hdrSlot], hdr)
+		n.cfg.Mem.SyncForDevice(&t.hdrs, i*hdrSlot, hdrSlot, dma.ToDevice)
 		t.slots[i].hdr = true
-		t.put(slot.Addr(), cmd|uint32(len(hdr)), popts)
+		t.put(t.hdrs.Addr()+dma.Addr(i*hdrSlot), cmd|uint32(len(hdr)), popts)
 	}
 	last := -1
 	for _, f := range frags {
 		if len(f) == 0 {
 			continue
 		}
-		m, err := n.cfg.Mem.Map(f, dma.ToDevice)
-		if err != nil {
+		s := &t.slots[t.tail]
+		if err := n.cfg.Mem.Map(&s.m, f, dma.ToDevice); err != nil {
 			// Roll back: nothing after first was published (TDT not moved).
 			for t.tail != first {
 				t.tail = (t.tail - 1 + t.n) % t.n
@@ -224,10 +223,11 @@ func (n *NIC) putData(first int, hdr []byte, frags [][]byte, cmd, popts uint32, 
 			}
 			return n.txError(fmt.Errorf("e1000e: mapping a %d-byte fragment: %w", len(f), err))
 		}
-		t.slots[t.tail].m, t.slots[t.tail].mapped = m, true
+		s.mapped = true
+		a := s.m.Addr()
 		for off := 0; off < len(f); off += MaxPerDesc {
 			k := min(MaxPerDesc, len(f)-off)
-			last = t.put(m.Addr()+dma.Addr(off), cmd|uint32(k), popts)
+			last = t.put(a+dma.Addr(off), cmd|uint32(k), popts)
 		}
 	}
 	if last < 0 {

@@ -149,6 +149,14 @@ func (r *ring) word(i, w int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&r.mem[i*r.size+w]))
 }
 
+// at returns descriptor i's first byte, for callers that touch several of
+// its words: one bounds check instead of one per word.
+func (r *ring) at(i int) unsafe.Pointer { return unsafe.Pointer(&r.mem[i*r.size]) }
+
+// descWord returns word w (a byte offset within the descriptor, dw*) of the
+// descriptor at d.
+func descWord(d unsafe.Pointer, w int) *uint32 { return (*uint32)(unsafe.Add(d, w)) }
+
 // load reads word w of descriptor i as the uDMA would: one 32-bit access.
 func (r *ring) load(i, w int) uint32 { return atomic.LoadUint32(r.word(i, w)) }
 

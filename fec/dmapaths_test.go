@@ -22,20 +22,20 @@ type forgetful struct {
 	skipUnmap  bool
 }
 
-func (f forgetful) SyncForDevice(b dma.Buffer, d dma.Dir) {
-	if f.skipDevice != nil && f.skipDevice(b, d) {
+func (f forgetful) SyncForDevice(b *dma.Buffer, off, n int, d dma.Dir) {
+	if f.skipDevice != nil && f.skipDevice(*b, d) {
 		return
 	}
-	f.Memory.SyncForDevice(b, d)
+	f.Memory.SyncForDevice(b, off, n, d)
 }
 
-func (f forgetful) SyncForCPU(b dma.Buffer, d dma.Dir) {
+func (f forgetful) SyncForCPU(b *dma.Buffer, off, n int, d dma.Dir) {
 	if !f.skipCPU {
-		f.Memory.SyncForCPU(b, d)
+		f.Memory.SyncForCPU(b, off, n, d)
 	}
 }
 
-func (f forgetful) Unmap(b dma.Buffer, d dma.Dir) error {
+func (f forgetful) Unmap(b *dma.Buffer, d dma.Dir) error {
 	if f.skipUnmap {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
 	"github.com/tamanic/tamanic/internal/mmio"
+	"github.com/tamanic/tamanic/tso"
 )
 
 func TestInitProgramsTheMACAsTheManualRequires(t *testing.T) {
@@ -436,11 +437,11 @@ func TestMIBCountersFollowTraffic(t *testing.T) {
 // device reads, the bug QEMU can never show.
 type skipClean struct{ *dmatest.Memory }
 
-func (s skipClean) SyncForDevice(b dma.Buffer, d dma.Dir) {
+func (s skipClean) SyncForDevice(b *dma.Buffer, off, n int, d dma.Dir) {
 	if d == dma.ToDevice {
 		return
 	}
-	s.Memory.SyncForDevice(b, d)
+	s.Memory.SyncForDevice(b, off, n, d)
 }
 
 func TestAMissingCacheCleanIsCaughtByTheDMAModel(t *testing.T) {
@@ -467,7 +468,7 @@ func TestAMissingCacheCleanIsCaughtByTheDMAModel(t *testing.T) {
 // skipInvalidate forgets to invalidate before the CPU reads RX data.
 type skipInvalidate struct{ *dmatest.Memory }
 
-func (s skipInvalidate) SyncForCPU(b dma.Buffer, d dma.Dir) {}
+func (s skipInvalidate) SyncForCPU(b *dma.Buffer, off, n int, d dma.Dir) {}
 
 func TestAMissingInvalidateIsCaughtByTheDMAModel(t *testing.T) {
 	mem := dmatest.New(nil, dmatest.Options{})
@@ -563,5 +564,80 @@ func TestCloseAbortsAndFreesEverything(t *testing.T) {
 	}
 	if l := r.Mem.LiveMappings(); len(l) != 0 {
 		t.Fatalf("leaked mappings %v", l)
+	}
+}
+
+// barrierWatch snapshots the TX descriptor ring at every Barrier; doorbell
+// checks at every write of TDAR that the ring is what it was at the last
+// Barrier: every descriptor store the uDMA may act on was ordered before
+// the doorbell (on silicon, a store still in the write buffer is not).
+type barrierWatch struct {
+	*dmatest.Memory
+	snap []byte
+	ring func() []byte
+}
+
+func (w *barrierWatch) Barrier() {
+	w.Memory.Barrier()
+	if w.ring != nil {
+		w.snap = append(w.snap[:0], w.ring()...)
+	}
+}
+
+type doorbell struct {
+	*fectest.Model
+	w     *barrierWatch
+	kicks int
+	late  int // doorbells with descriptor stores after the last barrier
+}
+
+func (d *doorbell) Write32(off, v uint32) {
+	if off == fec.ENETx_TDAR && d.w.ring != nil {
+		d.kicks++
+		if !bytes.Equal(d.w.snap, d.w.ring()) {
+			d.late++
+		}
+	}
+	d.Model.Write32(off, v)
+}
+
+func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		mem := dmatest.New(t, dmatest.Options{})
+		caps, _ := fec.CapsFor(fec.IMX6UL)
+		model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
+		w := &barrierWatch{Memory: mem}
+		db := &doorbell{Model: model, w: w}
+		const ring = 64
+		n, err := fec.New(fec.Config{Regs: db, Mem: w, Caps: caps, MAC: nicMAC, Strategy: bounce.SG, TxRing: ring, LegacyBD: legacy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Init()
+		size := fec.EnhancedDescSize
+		if legacy {
+			size = fec.LegacyDescSize
+		}
+		w.ring = func() []byte {
+			b, err := mem.Coherent(dma.Addr(model.Read32(fec.ENETx_TDSR)), ring*size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		rng := rand.New(rand.NewPCG(3, 3))
+		for i := 0; i < 10; i++ {
+			if err := n.Transmit([][]byte{randomFrame(rng, 100+50*i, [6]byte{2})}, fec.TxOptions{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			hdr, pay := bigPacket(t, frameSpec{payload: 5000}, rng)
+			if err := n.TransmitGSO(hdr, [][]byte{pay}, tso.Options{Type: tso.TCP, MSS: 1448, NeedsCsum: true}, nil); err != nil {
+				t.Fatal(err)
+			}
+			n.Reclaim()
+		}
+		if db.kicks < 20 || db.late != 0 {
+			t.Fatalf("legacy %v: %d of %d TX doorbells came with descriptor stores after the last barrier", legacy, db.late, db.kicks)
+		}
 	}
 }

@@ -43,6 +43,30 @@ func TestPeekShowsAndDropNextDropsInPlace(t *testing.T) {
 		if _, _, st := r.NIC.Peek(len(frames), 2000); st != fec.PeekNone {
 			t.Fatalf("round %d: Peek past the last frame says %v", round, st)
 		}
+		// PeekRun shows the same run under one lock.
+		var run [][]byte
+		show := func(k int, b []byte, _ fec.CsumInfo) {
+			if k != len(run) {
+				t.Fatalf("round %d: PeekRun showed frame %d after %d", round, k, len(run))
+			}
+			run = append(run, b)
+		}
+		if m, st := r.NIC.PeekRun(100, 2000, show); m != len(frames) || st != fec.PeekNone {
+			t.Fatalf("round %d: PeekRun = %d, %v; want %d, PeekNone", round, m, st, len(frames))
+		}
+		for k, f := range frames {
+			if !bytes.Equal(run[k], f) {
+				t.Fatalf("round %d: PeekRun frame %d differs", round, k)
+			}
+		}
+		run = run[:0]
+		if m, st := r.NIC.PeekRun(3, 2000, show); m != 3 || st != fec.PeekFrame {
+			t.Fatalf("round %d: PeekRun up to 3 = %d, %v", round, m, st)
+		}
+		run = run[:0]
+		if m, st := r.NIC.PeekRun(100, len(frames[0])-1, show); m != 0 || st != fec.PeekFrame || len(run) != 0 {
+			t.Fatalf("round %d: PeekRun below the first frame's length = %d, %v", round, m, st)
+		}
 		// A frame longer than max is reported but not shown.
 		if b, _, st := r.NIC.Peek(0, len(frames[0])-1); st != fec.PeekFrame || b != nil {
 			t.Fatalf("round %d: Peek below the frame's length: %v, %d bytes", round, st, len(b))
@@ -85,6 +109,10 @@ func TestPeekStopsAtFramesReceiveMustReport(t *testing.T) {
 	}
 	if b, _, st := r.NIC.Peek(1, 2000); st != fec.PeekOther || b != nil {
 		t.Fatalf("Peek of a CRC error = %v, %d bytes; want PeekOther", st, len(b))
+	}
+	var run [][]byte
+	if m, st := r.NIC.PeekRun(10, 2000, func(_ int, b []byte, _ fec.CsumInfo) { run = append(run, b) }); m != 1 || st != fec.PeekOther || !bytes.Equal(run[0], good) {
+		t.Fatalf("PeekRun before a CRC error = %d, %v", m, st)
 	}
 	if err := r.NIC.DropNext(); err != nil {
 		t.Fatal(err)

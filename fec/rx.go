@@ -3,6 +3,7 @@ package fec
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -39,7 +40,7 @@ func (p *Packet) Release() error {
 	}
 	if p.buf.Valid() {
 		if r.closed {
-			n.mem.SyncForCPU(p.buf, dma.FromDevice)
+			n.mem.SyncForCPU(&p.buf, 0, p.buf.Len(), dma.FromDevice)
 			_ = n.mem.Free(p.buf)
 		} else {
 			r.spares = append(r.spares, p.buf)
@@ -150,17 +151,17 @@ func (r *rxRing) alloc(n *NIC) error {
 func (r *rxRing) free(n *NIC) error {
 	r.closed = true
 	var first error
-	release := func(b dma.Buffer) {
-		n.mem.SyncForCPU(b, dma.FromDevice)
-		if err := n.mem.Free(b); err != nil && first == nil {
+	release := func(b *dma.Buffer) {
+		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+		if err := n.mem.Free(*b); err != nil && first == nil {
 			first = err
 		}
 	}
-	for _, b := range r.bufs {
-		release(b)
+	for i := range r.bufs {
+		release(&r.bufs[i])
 	}
-	for _, b := range r.spares {
-		release(b)
+	for i := range r.spares {
+		release(&r.spares[i])
 	}
 	r.bufs, r.spares = nil, nil
 	if err := n.mem.Free(r.desc); err != nil && first == nil {
@@ -178,7 +179,7 @@ func (r *rxRing) reset(n *NIC) {
 		if r.posted {
 			r.takeBack(n, i)
 		} else {
-			n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
+			n.mem.SyncForDevice(&r.bufs[i], 0, r.bufs[i].Len(), dma.FromDevice)
 		}
 		r.fill(n, i)
 	}
@@ -190,18 +191,19 @@ func (r *rxRing) reset(n *NIC) {
 // reset because the MAC (and QEMU, which never writes them) may leave stale
 // verdicts there.
 func (r *rxRing) fill(n *NIC, i int) {
-	r.r.store(i, dwAddr, uint32(r.bufs[i].Addr()))
+	d := r.r.at(i)
+	storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	if n.enhanced {
-		r.r.store(i, dwExt0, RXE_INT)
-		r.r.store(i, dwExt1, 0)
-		r.r.store(i, dwExt2, 0)
+		storeWord(descWord(d, dwExt0), RXE_INT)
+		storeWord(descWord(d, dwExt1), 0)
+		storeWord(descWord(d, dwExt2), 0)
 	}
 	st := RX_E
 	if i == r.r.n-1 {
 		st |= RX_W
 	}
 	n.mem.Barrier()
-	r.r.store(i, dwLenStatus, lenStatus(0, uint16(st)))
+	storeWord(descWord(d, dwLenStatus), lenStatus(0, uint16(st)))
 }
 
 // takeBack takes back descriptor i's whole buffer, which the uDMA may have
@@ -212,8 +214,9 @@ func (r *rxRing) fill(n *NIC, i int) {
 // ring with only that frame's length invalidated. Errors and restarts are
 // rare, so the whole buffer costs nothing that matters.
 func (r *rxRing) takeBack(n *NIC, i int) {
-	n.mem.SyncForCPU(r.bufs[i], dma.FromDevice)
-	n.mem.SyncForDevice(r.bufs[i], dma.FromDevice)
+	b := &r.bufs[i]
+	n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+	n.mem.SyncForDevice(b, 0, b.Len(), dma.FromDevice)
 }
 
 // repost returns descriptor i to the uDMA and advances.
@@ -323,9 +326,9 @@ func (n *NIC) Receive() (*Packet, error) {
 		// buf points into r.bufs: a dma.Buffer is six words, and every
 		// copy of one costs a runtime.duffcopy call on GOARM=7.
 		buf := &r.bufs[i]
-		synced := buf.Slice(0, min(dma.AlignUp(length, dma.CacheLine), buf.Len()))
-		n.mem.SyncForCPU(synced, dma.FromDevice)
-		r.stats.Invalidated += uint64(synced.Len())
+		synced := min(dma.AlignUp(length, dma.CacheLine), buf.Len())
+		n.mem.SyncForCPU(buf, 0, synced, dma.FromDevice)
+		r.stats.Invalidated += uint64(synced)
 		csum, flagged := n.rxVerdict(e0, e1)
 		if flagged {
 			r.stats.CsumFlagged++
@@ -345,7 +348,7 @@ func (n *NIC) Receive() (*Packet, error) {
 			}
 			p.small = sb
 			p.Data = sb[:copy(sb, buf.Bytes()[off:off+plen])]
-			n.mem.SyncForDevice(synced, dma.FromDevice)
+			n.mem.SyncForDevice(buf, 0, synced, dma.FromDevice)
 			r.stats.Copybreak++
 			r.stats.Copied += uint64(plen)
 		} else {
@@ -353,7 +356,7 @@ func (n *NIC) Receive() (*Packet, error) {
 				return nil, r.noBuffer(n, i, synced, "spare buffers", n.cfg.RxSpare)
 			}
 			k := len(r.spares) - 1
-			n.mem.SyncForDevice(r.spares[k], dma.FromDevice)
+			n.mem.SyncForDevice(&r.spares[k], 0, r.spares[k].Len(), dma.FromDevice)
 			p.buf = *buf
 			*buf = r.spares[k]
 			r.spares[k] = dma.Buffer{}
@@ -372,9 +375,10 @@ func (n *NIC) Receive() (*Packet, error) {
 
 // noBuffer gives descriptor i's buffer back when there is nothing to hand
 // its frame up in, counts, and says why.
-func (r *rxRing) noBuffer(n *NIC, i int, synced dma.Buffer, what string, held int) error {
+// synced is how many leading bytes of its buffer were synced for the CPU.
+func (r *rxRing) noBuffer(n *NIC, i int, synced int, what string, held int) error {
 	r.stats.NoBuffer++
-	n.mem.SyncForDevice(synced, dma.FromDevice)
+	n.mem.SyncForDevice(&r.bufs[i], 0, synced, dma.FromDevice)
 	r.repost(n, i)
 	return fmt.Errorf("%w: all %d %s held by the caller", ErrNoRxBuffer, held, what)
 }
@@ -443,12 +447,47 @@ func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
 		r.mu.Unlock()
 		return nil, CsumInfo{}, st
 	}
-	b := r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen))
-	n.mem.SyncForCPU(b, dma.FromDevice)
+	b := &r.bufs[i]
+	n.mem.SyncForCPU(b, 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
 	csum, _ = n.rxVerdict(e0, e1)
 	data = b.Bytes()[off : length-4]
 	r.mu.Unlock()
 	return data, csum, PeekFrame
+}
+
+// PeekRun shows the run of good frames waiting at the head of the RX ring,
+// up to limit of them (and at most the ring size), under one lock: show is
+// called with k = 0, 1, ... and what Peek(k, max) would show, and must not
+// keep data past that frame's Receive or DropNext nor write it. It returns
+// how many frames it showed and why the run ended: PeekNone (no complete
+// frame follows), PeekOther (a frame Receive must take, or a closed ring)
+// or PeekFrame (limit reached, or the next frame is longer than max: it is
+// not shown, as in Peek). One call instead of a Peek per frame saves a
+// lock and an unlock per frame.
+func (n *NIC) PeekRun(limit, max int, show func(k int, data []byte, csum CsumInfo)) (m int, st PeekState) {
+	r := &n.rx
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, PeekOther
+	}
+	limit = min(limit, r.r.n)
+	i := r.cur
+	for m = 0; m < limit; m++ {
+		length, off, e0, e1, st := r.peekable(n, i)
+		if st != PeekFrame {
+			return m, st
+		}
+		if length-4-off > max {
+			return m, PeekFrame
+		}
+		b := &r.bufs[i]
+		n.mem.SyncForCPU(b, 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
+		csum, _ := n.rxVerdict(e0, e1)
+		show(m, b.Bytes()[off:length-4], csum)
+		i = r.r.add(i, 1)
+	}
+	return m, PeekFrame
 }
 
 // peekable reports whether descriptor i holds a good frame, one Receive
@@ -459,7 +498,8 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 	if r.dropping {
 		return 0, 0, 0, 0, PeekOther
 	}
-	ls := r.r.load(i, dwLenStatus)
+	d := r.r.at(i)
+	ls := atomic.LoadUint32(descWord(d, dwLenStatus))
 	rs := RxStatus(ls >> 16)
 	if rs&RX_E != 0 {
 		return 0, 0, 0, 0, PeekNone
@@ -468,10 +508,10 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	if n.enhanced {
-		if r.r.load(i, dwExt2)&BDU == 0 {
+		if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
-		e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+		e0, e1 = atomic.LoadUint32(descWord(d, dwExt0)), atomic.LoadUint32(descWord(d, dwExt1))
 	}
 	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
 		return 0, 0, 0, 0, PeekOther
@@ -504,7 +544,7 @@ func (n *NIC) DropNext() error {
 		r.mu.Unlock()
 		return ErrNotPeekable
 	}
-	n.mem.SyncForDevice(r.bufs[i].Slice(0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen)), dma.FromDevice)
+	n.mem.SyncForDevice(&r.bufs[i], 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
 	r.stats.Skipped++
 	r.repost(n, i)
 	r.mu.Unlock()

@@ -3,6 +3,7 @@ package fec
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/bounce"
@@ -27,16 +28,19 @@ type TxOptions struct {
 
 // txSlot is the software state of one TX descriptor.
 type txSlot struct {
-	mapped  dma.Buffer // in-place mapping, unmapped at completion
-	scratch dma.Buffer // copied bytes (slot or bounce), synced back at completion
-	// What the descriptor points at, and which of mapped and scratch is
-	// set: reading them through the Buffers' methods copied the Buffer
-	// each time (a runtime.duffcopy call on GOARM=7).
-	addr                  dma.Addr
-	hasMapped, hasScratch bool
-	last                  bool // completes the caller's frame or GSO packet
-	cookie                any
-	err                   error // reported with the completion (a GSO packet cut short)
+	mapped dma.Buffer // in-place mapping, unmapped at completion
+	// Copied bytes: the scratchLen bytes at scratchOff of scratch (the
+	// slot or bounce allocation), synced back at completion. Buffers are
+	// never copied on this path: a copy costs a runtime.duffcopy call on
+	// GOARM=7.
+	scratch                *dma.Buffer
+	scratchOff, scratchLen int
+	// What the descriptor points at, and whether mapped is set.
+	addr      dma.Addr
+	hasMapped bool
+	last      bool // completes the caller's frame or GSO packet
+	cookie    any
+	err       error // reported with the completion (a GSO packet cut short)
 }
 
 type txRing struct {
@@ -153,14 +157,14 @@ func (t *txRing) release(n *NIC, i int, err error) {
 	// Fields are cleared one by one, only when set: zeroing the whole
 	// slot costs a runtime.duffzero call per descriptor on GOARM=7.
 	if s.hasMapped {
-		if uerr := n.mem.Unmap(s.mapped, dma.ToDevice); uerr != nil && err == nil {
+		if uerr := n.mem.Unmap(&s.mapped, dma.ToDevice); uerr != nil && err == nil {
 			err = uerr
 		}
-		s.mapped, s.hasMapped = dma.Buffer{}, false
+		s.hasMapped = false
 	}
-	if s.hasScratch {
-		n.mem.SyncForCPU(s.scratch, dma.ToDevice)
-		s.scratch, s.hasScratch = dma.Buffer{}, false
+	if s.scratch != nil {
+		n.mem.SyncForCPU(s.scratch, s.scratchOff, s.scratchLen, dma.ToDevice)
+		s.scratch = nil
 	}
 	if s.last {
 		if err == nil {
@@ -292,12 +296,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		s := &segs[j]
 		var addr dma.Addr
 		if s.Copied {
-			addr = t.scratchBuf(&sl.scratch, i, s.Data)
-			sl.hasScratch = true
-			n.mem.SyncForDevice(sl.scratch, dma.ToDevice)
+			addr = t.scratchBuf(sl, s.Data)
+			n.mem.SyncForDevice(sl.scratch, sl.scratchOff, sl.scratchLen, dma.ToDevice)
 		} else {
-			var err error
-			if sl.mapped, err = n.mem.Map(s.Data, dma.ToDevice); err != nil {
+			if err := n.mem.Map(&sl.mapped, s.Data, dma.ToDevice); err != nil {
 				t.stats.MapErrors++
 				for k := 0; k < j; k++ {
 					t.release(n, t.r.add(t.cur, k), nil)
@@ -315,8 +317,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 			}
 			return ErrNot32Bit
 		}
-		_, cl := dma.LineSpan(addr, len(s.Data))
-		t.stats.Cleaned += uint64(cl)
+		// dma.LineSpan in 32-bit arithmetic (addr fits, checked above):
+		// 64-bit arithmetic costs twice the instructions on GOARM=7.
+		a := uint32(addr)
+		t.stats.Cleaned += uint64((a+uint32(len(s.Data))+dma.CacheLine-1)&^(dma.CacheLine-1) - a&^(dma.CacheLine-1))
 	}
 	last := len(segs) - 1
 	// Descriptors after the first get R as they are written; the first is
@@ -336,18 +340,20 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		if i == t.r.n-1 {
 			st |= TX_W
 		}
-		t.r.store(i, dwAddr, uint32(sl.addr))
+		d := t.r.at(i)
+		storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		if n.enhanced {
-			t.r.store(i, dwExt0, e)
-			t.r.store(i, dwExt1, 0)
-			t.r.store(i, dwExt2, 0)
+			storeWord(descWord(d, dwExt0), e)
+			storeWord(descWord(d, dwExt1), 0)
+			storeWord(descWord(d, dwExt2), 0)
 		}
 		if j == 0 {
 			n.mem.Barrier()
 		}
-		t.r.store(i, dwLenStatus, lenStatus(len(segs[j].Data), uint16(st|TX_R)))
+		storeWord(descWord(d, dwLenStatus), lenStatus(len(segs[j].Data), uint16(st|TX_R)))
 	}
-	n.mem.Barrier()
+	// No barrier here: kickTx issues the one the doorbell needs, once per
+	// frame or GSO packet rather than once per segment.
 	t.cur = t.r.add(t.cur, len(segs))
 	t.inFlight += len(segs)
 	t.stats.Frames++
@@ -363,17 +369,18 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	return nil
 }
 
-// scratchBuf sets *b to the DMA buffer of bytes data copied into
-// descriptor i's slot or bounce buffer, and returns its device address.
-func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) dma.Addr {
+// scratchBuf records in sl where data, bytes copied into a slot or bounce
+// buffer, lie in their allocation, and returns their device address.
+func (t *txRing) scratchBuf(sl *txSlot, data []byte) dma.Addr {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	sl.scratchLen = len(data)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.slotMem)))
 	if p >= base && p < base+uintptr(len(t.slotMem)) {
-		*b = t.slotAr.Slice(int(p-base), len(data))
+		sl.scratch, sl.scratchOff = &t.slotAr, int(p-base)
 		return t.slotAddr + dma.Addr(p-base)
 	}
 	bb := uintptr(unsafe.Pointer(unsafe.SliceData(t.bncMem)))
-	*b = t.bncAr.Slice(int(p-bb), len(data))
+	sl.scratch, sl.scratchOff = &t.bncAr, int(p-bb)
 	return t.bncAddr + dma.Addr(p-bb)
 }
 
@@ -381,6 +388,8 @@ func (t *txRing) scratchBuf(b *dma.Buffer, i int, data []byte) dma.Addr {
 // four times and write only if a read returns 0; if it stays set the uDMA is
 // still walking the ring and will find the new descriptors.
 func (n *NIC) kickTx() {
+	// The descriptors reach memory before the uDMA is told (wmb).
+	n.mem.Barrier()
 	if n.err007885 {
 		for k := 0; k < 4; k++ {
 			if n.regs.Read32(ENETx_TDAR) == 0 {
@@ -411,18 +420,19 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 	c := 0
 	for t.inFlight > 0 {
 		i := t.dirty
-		ls := t.r.load(i, dwLenStatus)
+		d := t.r.at(i)
+		ls := atomic.LoadUint32(descWord(d, dwLenStatus))
 		if TxStatus(ls>>16)&TX_R != 0 {
-			break
-		}
-		// R may clear before the error status and BDU are written (Table
-		// 22-37): wait for BDU before reading the frame's status.
-		if t.slots[i].last && n.enhanced && t.r.load(i, dwExt2)&BDU == 0 {
 			break
 		}
 		var err error
 		if t.slots[i].last && n.enhanced {
-			if e := t.r.load(i, dwExt0); e&TXE_TXE != 0 {
+			// R may clear before the error status and BDU are written
+			// (Table 22-37): wait for BDU before reading the frame's status.
+			if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+				break
+			}
+			if e := atomic.LoadUint32(descWord(d, dwExt0)); e&TXE_TXE != 0 {
 				err = t.txError(e)
 			}
 		}

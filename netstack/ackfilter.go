@@ -85,7 +85,11 @@ func classifyACKTo(f []byte, p *pureACK) {
 		if tot < 40 || tot > len(ip) {
 			return
 		}
-		*k = ackKey{src: [4]uint32{binary.BigEndian.Uint32(ip[12:])}, dst: [4]uint32{binary.BigEndian.Uint32(ip[16:])}}
+		// Word by word: assigning a whole ackKey zeroes it first with a
+		// runtime.duffzero call on GOARM=7.
+		k.src[0], k.src[1], k.src[2], k.src[3] = binary.BigEndian.Uint32(ip[12:]), 0, 0, 0
+		k.dst[0], k.dst[1], k.dst[2], k.dst[3] = binary.BigEndian.Uint32(ip[16:]), 0, 0, 0
+		k.ports, k.v6 = 0, 0
 		t = ip[20:tot]
 	case 0x86DD:
 		// Version 6, next header TCP, not Congestion Experienced.

@@ -92,15 +92,22 @@ type Device interface {
 	Close() error
 }
 
-// PeekResult says what RxPeeker.PeekRx found.
+// PeekResult says why RxPeeker.PeekRun's run of frames ended.
 type PeekResult int
 
-// What PeekRx found at a position.
+// Why a PeekRun ended.
 const (
-	PeekNone  PeekResult = iota // no complete frame waits there (yet)
-	PeekFrame                   // a good frame, shown in place
+	PeekNone  PeekResult = iota // no complete frame waits after the run (yet)
+	PeekFrame                   // out is full, or the next frame is longer than max (not shown)
 	PeekOther                   // a frame Receive must take (it reports an error), or a closed device
 )
+
+// PeekedRx is a frame RxPeeker.PeekRun shows in place, with the hardware's
+// checksum verdicts.
+type PeekedRx struct {
+	B            []byte
+	IPv4OK, L4OK bool
+}
 
 // RxPeeker is an optional Device extension the ACK filter uses when a
 // device has it: the frames waiting in the receive ring are looked at in
@@ -108,15 +115,14 @@ const (
 // copied or taken (a pure ACK dropped this way costs the driver a
 // descriptor refill instead of a copy, a packet and its release).
 type RxPeeker interface {
-	// PeekRx shows the k-th frame waiting (0: the one Receive returns
-	// next) in the device's memory, with the hardware's checksum
-	// verdicts, without taking it; a frame longer than max bytes is
-	// reported (PeekFrame) but not shown (b nil). The caller peeks k = 0,
-	// 1, ... and stops at the first result that is not PeekFrame; b stays
-	// valid, and must not be written, until that frame is taken (Receive)
-	// or dropped (DropRx).
-	PeekRx(k, max int) (b []byte, ipv4OK, l4OK bool, r PeekResult)
-	// DropRx drops the frame Receive would return next, one PeekRx showed,
-	// and gives its memory straight back to the device.
+	// PeekRun shows the run of good frames waiting, the one Receive
+	// returns next first, in the device's memory, without taking them:
+	// out[k] for k < m. The run ends at len(out), at a frame longer than
+	// max bytes (not shown), or at a frame Receive must take; r says
+	// which. Each out[k].B stays valid, and must not be written, until
+	// that frame is taken (Receive) or dropped (DropRx).
+	PeekRun(out []PeekedRx, max int) (m int, r PeekResult)
+	// DropRx drops the frame Receive would return next, one PeekRun
+	// showed, and gives its memory straight back to the device.
 	DropRx() error
 }

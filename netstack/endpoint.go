@@ -114,7 +114,7 @@ type Endpoint struct {
 	rx   struct { // receive goroutine only: one batch, for ACK filtering
 		batch  []Frame
 		slots  []ackSlot
-		peeked []peekedFrame // with an RxPeeker: the frames seen in place
+		peeked []PeekedRx // with an RxPeeker: the frames seen in place
 	}
 	stats struct {
 		sync.Mutex
@@ -153,7 +153,7 @@ func New(o Options) (*Endpoint, error) {
 	if o.AckFilter {
 		e.rx.batch = make([]Frame, 0, o.RxBudget)
 		e.rx.slots = make([]ackSlot, o.RxBudget)
-		e.rx.peeked = make([]peekedFrame, o.RxBudget)
+		e.rx.peeked = make([]PeekedRx, o.RxBudget)
 	}
 	e.frag.init()
 	return e, nil
@@ -704,12 +704,6 @@ func (e *Endpoint) rxBatchTake(d stack.NetworkDispatcher, addr tcpip.LinkAddress
 	return more, failed
 }
 
-// peekedFrame is a frame an RxPeeker showed in place.
-type peekedFrame struct {
-	b          []byte
-	ipOK, l4OK bool
-}
-
 // rxBatchPeek is rxBatch with the ACK filter on a device that shows its
 // waiting frames in place: the run of good frames waiting (up to the
 // budget) is classified where it lies, superseded ACKs are dropped there
@@ -719,20 +713,15 @@ type peekedFrame struct {
 // batch is taken without filtering (a bulk receive sees no ACKs to drop,
 // and would otherwise pay a look at every frame).
 func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpip.LinkAddress) (more, failed bool) {
-	m := 0
-	stop := PeekNone
-	for m < e.opts.RxBudget {
-		b, ip, l4, r := pk.PeekRx(m, maxACKFrame)
-		if r != PeekFrame || b == nil {
-			stop = r
-			if r == PeekFrame {
-				stop = PeekOther // too long to be an ACK: not shown
-			}
-			break
+	m, stop := pk.PeekRun(e.rx.peeked[:e.opts.RxBudget], maxACKFrame)
+	for k := 0; k < m; k++ {
+		e.rx.slots[k].classify(e.rx.peeked[k].B)
+	}
+	if stop == PeekFrame {
+		stop = PeekNone // out is full: the batch ends at the budget
+		if m < e.opts.RxBudget {
+			stop = PeekOther // the next frame is too long to be an ACK: not shown
 		}
-		e.rx.peeked[m] = peekedFrame{b: b, ipOK: ip, l4OK: l4}
-		e.rx.slots[m].classify(b)
-		m++
 	}
 	if m == 0 {
 		if stop == PeekNone {
@@ -742,7 +731,7 @@ func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpi
 	}
 	slots, peeked := e.rx.slots[:m], e.rx.peeked[:m]
 	dropped := filterSlots(slots, func(j int) bool {
-		_, v := e.softVerify(peeked[j].b, peeked[j].ipOK, peeked[j].l4OK)
+		_, v := e.softVerify(peeked[j].B, peeked[j].IPv4OK, peeked[j].L4OK)
 		return v != verdictBad
 	})
 	if dropped > 0 {
@@ -764,7 +753,7 @@ func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpi
 			}
 		}
 		if err != nil {
-			// A frame PeekRx showed failed (no buffer to hand it up in, a
+			// A frame PeekRun showed failed (no buffer to hand it up in, a
 			// closed device): end the batch, as rxBatch does.
 			e.count(func(s *Stats) { s.RxNICErrors++ })
 			more, failed = true, k == 0
@@ -775,7 +764,7 @@ func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpi
 	return more, failed
 }
 
-// errPeekedGone: a frame PeekRx showed was not there for Receive.
+// errPeekedGone: a frame PeekRun showed was not there for Receive.
 var errPeekedGone = errors.New("netstack: a peeked frame was gone")
 
 // ackTrusted reports whether a pure ACK's checksums are good: checked by

@@ -584,7 +584,7 @@ func TestDMANeedsBusMasterAndReachesMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.mem.SyncForDevice(buf, dma.FromDevice)
+	r.mem.SyncForDevice(&buf, 0, buf.Len(), dma.FromDevice)
 	msg := []byte("written by the device over PCIe")
 	if err := f.DMAWrite(buf.Addr(), msg); !errors.Is(err, pcietest.ErrNoMaster) {
 		t.Fatalf("DMA without bus mastering: %v", err)
@@ -598,12 +598,12 @@ func TestDMANeedsBusMasterAndReachesMemory(t *testing.T) {
 	if err := f.DMAWrite(buf.Addr(), msg); err != nil {
 		t.Fatal(err)
 	}
-	r.mem.SyncForCPU(buf, dma.FromDevice)
+	r.mem.SyncForCPU(&buf, 0, buf.Len(), dma.FromDevice)
 	if !bytes.Equal(buf.Bytes()[:len(msg)], msg) {
 		t.Fatalf("memory holds %q", buf.Bytes()[:len(msg)])
 	}
 	got := make([]byte, len(msg))
-	r.mem.SyncForDevice(buf, dma.ToDevice)
+	r.mem.SyncForDevice(&buf, 0, buf.Len(), dma.ToDevice)
 	if err := f.DMARead(buf.Addr(), got); err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("DMA read %q %v", got, err)
 	}

@@ -345,7 +345,12 @@ func (s *Segmenter) Next(slot []byte, seg *Segment) error {
 	if len(slot) < hl {
 		return fmt.Errorf("%w: %d bytes for a %d-byte header", ErrSlot, len(slot), hl)
 	}
-	*seg = Segment{Index: i, Last: i == s.count-1}
+	// Field by field: assigning a whole Segment zeroes it first with a
+	// runtime.duffzero call on GOARM=7.
+	seg.Header, seg.Payload = nil, nil
+	seg.Len, seg.PayloadLen = 0, 0
+	seg.InsertIPCsum, seg.InsertL4Csum = false, false
+	seg.Index, seg.Last = i, i == s.count-1
 	hdr := slot[:hl]
 	switch s.o.Type {
 	case UDPFragment:

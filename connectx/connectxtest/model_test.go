@@ -222,7 +222,7 @@ func (r *raw) initHCA() {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		r.mem.SyncForDevice(b, dma.Bidirectional)
+		r.mem.SyncForDevice(&b, 0, b.Len(), dma.Bidirectional)
 		binary.BigEndian.PutUint64(mp[0x10+8*i:], uint64(b.Addr()))
 	}
 	st(mp, 16)

@@ -372,15 +372,16 @@ func (m *Memory) areaName(r *region, off int) string {
 }
 
 // Map implements dma.Memory.
-func (m *Memory) Map(p []byte, dir dma.Dir) (dma.Buffer, error) {
+func (m *Memory) Map(b *dma.Buffer, p []byte, dir dma.Dir) error {
 	pc := m.caller()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	*b = dma.Buffer{}
 	if len(p) == 0 || len(p) > m.opts.MapMax {
-		return dma.Buffer{}, fmt.Errorf("dmatest: map of %d bytes (max %d)", len(p), m.opts.MapMax)
+		return fmt.Errorf("dmatest: map of %d bytes (max %d)", len(p), m.opts.MapMax)
 	}
 	if len(m.free) == 0 {
-		return dma.Buffer{}, fmt.Errorf("dmatest: map: all %d mapping slots in use: %w", len(m.maps), dma.ErrNoMemory)
+		return fmt.Errorf("dmatest: map: all %d mapping slots in use: %w", len(m.maps), dma.ErrNoMemory)
 	}
 	slot := m.free[len(m.free)-1]
 	m.free = m.free[:len(m.free)-1]
@@ -395,11 +396,13 @@ func (m *Memory) Map(p []byte, dir dma.Dir) (dma.Buffer, error) {
 	m.counters.Maps++
 	_, n := dma.LineSpan(mp.addr, len(p))
 	m.counters.Cleaned += n
-	return dma.MakeBuffer(p, mp.addr, uint32(tagMapBase+slot)), nil
+	*b = dma.MakeBuffer(p, mp.addr, uint32(tagMapBase+slot))
+	return nil
 }
 
 // Unmap implements dma.Memory.
-func (m *Memory) Unmap(b dma.Buffer, dir dma.Dir) error {
+func (m *Memory) Unmap(bp *dma.Buffer, dir dma.Dir) error {
+	b := *bp
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	slot := int(b.Tag()) - tagMapBase
@@ -457,11 +460,26 @@ func (m *Memory) syncTarget(b dma.Buffer, dir dma.Dir, toDevice bool, pc uintptr
 	return first, last, off, ok && b.Len() > 0
 }
 
+// syncRange returns the n bytes at off of *b, or reports BadBuffer if they
+// are not all inside it (on silicon, maintenance of bytes the caller does
+// not own).
+func (m *Memory) syncRange(b *dma.Buffer, off, n int, pc uintptr) (dma.Buffer, bool) {
+	if off < 0 || n < 0 || off > b.Len() || n > b.Len()-off {
+		m.report(BadBuffer, fmt.Sprintf("sync of %d bytes at %d of a %d-byte buffer", n, off, b.Len()), b.Addr(), off, pc)
+		return dma.Buffer{}, false
+	}
+	return b.Slice(off, n), true
+}
+
 // SyncForDevice implements dma.Memory.
-func (m *Memory) SyncForDevice(b dma.Buffer, dir dma.Dir) {
+func (m *Memory) SyncForDevice(bp *dma.Buffer, off, n int, dir dma.Dir) {
 	pc := m.caller()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	b, ok := m.syncRange(bp, off, n, pc)
+	if !ok {
+		return
+	}
 	first, last, off, ok := m.syncTarget(b, dir, true, pc)
 	if !ok {
 		return
@@ -496,10 +514,14 @@ func (m *Memory) SyncForDevice(b dma.Buffer, dir dma.Dir) {
 }
 
 // SyncForCPU implements dma.Memory.
-func (m *Memory) SyncForCPU(b dma.Buffer, dir dma.Dir) {
+func (m *Memory) SyncForCPU(bp *dma.Buffer, off, n int, dir dma.Dir) {
 	pc := m.caller()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	b, ok := m.syncRange(bp, off, n, pc)
+	if !ok {
+		return
+	}
 	first, last, off, ok := m.syncTarget(b, dir, false, pc)
 	if !ok {
 		return

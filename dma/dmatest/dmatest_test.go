@@ -29,29 +29,30 @@ func TestCorrectSequencesAreSilent(t *testing.T) {
 	m := New(t, Options{})
 	tx, _ := m.Alloc(256, 64, dma.Cached)
 	copy(tx.Bytes(), "hello device")
-	m.SyncForDevice(tx, dma.ToDevice)
+	m.SyncForDevice(&tx, 0, tx.Len(), dma.ToDevice)
 	got := make([]byte, 12)
 	if err := m.DeviceRead(tx.Addr(), got); err != nil || string(got) != "hello device" {
 		t.Fatalf("device read %q, %v", got, err)
 	}
-	m.SyncForCPU(tx, dma.ToDevice)
+	m.SyncForCPU(&tx, 0, tx.Len(), dma.ToDevice)
 
 	rx, _ := m.Alloc(1536, 64, dma.Cached)
-	m.SyncForDevice(rx, dma.FromDevice)
+	m.SyncForDevice(&rx, 0, rx.Len(), dma.FromDevice)
 	if err := m.DeviceWrite(rx.Addr()+2, []byte("frame")); err != nil {
 		t.Fatal(err)
 	}
-	m.SyncForCPU(rx.Slice(0, 64), dma.FromDevice)
+	m.SyncForCPU(&rx, 0, 64, dma.FromDevice)
 	if !bytes.Equal(rx.Bytes()[2:7], []byte("frame")) {
 		t.Fatalf("cpu sees %q after invalidate", rx.Bytes()[2:7])
 	}
-	m.SyncForDevice(rx.Slice(0, 64), dma.FromDevice)
-	m.SyncForCPU(rx, dma.FromDevice)
+	m.SyncForDevice(&rx, 0, 64, dma.FromDevice)
+	m.SyncForCPU(&rx, 0, rx.Len(), dma.FromDevice)
 	if err := m.Free(rx); err != nil {
 		t.Fatal(err)
 	}
 	heap := []byte("payload on the heap")
-	mb, err := m.Map(heap[3:], dma.ToDevice)
+	var mb dma.Buffer
+	err := m.Map(&mb, heap[3:], dma.ToDevice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestCorrectSequencesAreSilent(t *testing.T) {
 	if err := m.DeviceRead(mb.Addr(), got); err != nil || string(got) != "load on the heap" {
 		t.Fatalf("mapped read %q %v", got, err)
 	}
-	if err := m.Unmap(mb, dma.ToDevice); err != nil {
+	if err := m.Unmap(&mb, dma.ToDevice); err != nil {
 		t.Fatal(err)
 	}
 	if l := m.LiveMappings(); len(l) != 0 {
@@ -76,7 +77,7 @@ func TestCorrectSequencesAreSilent(t *testing.T) {
 func TestMissingCleanIsCaught(t *testing.T) {
 	m := New(t, Options{})
 	b, _ := m.Alloc(128, 64, dma.Cached)
-	m.SyncForDevice(b, dma.ToDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.ToDevice)
 	copy(b.Bytes()[70:], "late write") // after the clean
 	got := make([]byte, 128)
 	_ = m.DeviceRead(b.Addr(), got)
@@ -99,27 +100,27 @@ func TestDeviceTouchingCPUMemoryIsCaught(t *testing.T) {
 func TestMissingInvalidateIsCaught(t *testing.T) {
 	m := New(t, Options{})
 	b, _ := m.Alloc(256, 64, dma.Cached)
-	m.SyncForDevice(b, dma.FromDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.FromDevice)
 	_ = m.DeviceWrite(b.Addr()+64, []byte("new data"))
 	if bytes.Contains(b.Bytes(), []byte("new")) {
 		t.Fatal("CPU view changed without an invalidate")
 	}
 	// The driver "reads" and reposts without invalidating.
-	m.SyncForDevice(b, dma.FromDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.FromDevice)
 	v := wantOne(t, m, StaleCPURead)
 	if v.Offset != 64 {
 		t.Fatalf("offset %d, want 64", v.Offset)
 	}
 	// Taking it back with the wrong direction is no better.
 	_ = m.DeviceWrite(b.Addr(), []byte("x"))
-	m.SyncForCPU(b, dma.ToDevice)
+	m.SyncForCPU(&b, 0, b.Len(), dma.ToDevice)
 	wantOne(t, m, StaleCPURead)
 }
 
 func TestFreeWhileDeviceOwnsIsCaught(t *testing.T) {
 	m := New(t, Options{})
 	b, _ := m.Alloc(64, 64, dma.Cached)
-	m.SyncForDevice(b, dma.FromDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.FromDevice)
 	_ = m.Free(b)
 	wantOne(t, m, FreeWhileDevice)
 }
@@ -131,12 +132,13 @@ func TestBadAddressesAreCaught(t *testing.T) {
 	}
 	wantOne(t, m, BadAddress)
 	heap := make([]byte, 100)
-	mb, _ := m.Map(heap, dma.ToDevice)
-	_ = m.Unmap(mb, dma.ToDevice)
+	var mb dma.Buffer
+	_ = m.Map(&mb, heap, dma.ToDevice)
+	_ = m.Unmap(&mb, dma.ToDevice)
 	_ = m.DeviceRead(mb.Addr(), make([]byte, 4))
 	wantOne(t, m, BadAddress) // use after unmap
 	b, _ := m.Alloc(64, 64, dma.Cached)
-	m.SyncForDevice(b, dma.ToDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.ToDevice)
 	_ = m.DeviceRead(b.Addr()+60, make([]byte, 8)) // runs past the allocation
 	wantOne(t, m, BadAddress)
 }
@@ -144,19 +146,20 @@ func TestBadAddressesAreCaught(t *testing.T) {
 func TestMappedBufferReusedInFlightIsCaught(t *testing.T) {
 	m := New(t, Options{})
 	heap := []byte("0123456789")
-	mb, _ := m.Map(heap, dma.ToDevice)
+	var mb dma.Buffer
+	_ = m.Map(&mb, heap, dma.ToDevice)
 	heap[5] = 'X' // the stack rewrote the payload before completion
 	_ = m.DeviceRead(mb.Addr(), make([]byte, 10))
 	if v := wantOne(t, m, StaleDeviceRead); v.Offset != 5 {
 		t.Fatalf("offset %d", v.Offset)
 	}
-	_ = m.Unmap(mb, dma.ToDevice)
+	_ = m.Unmap(&mb, dma.ToDevice)
 }
 
 func TestPartialLineInvalidateIsCaught(t *testing.T) {
 	m := New(t, Options{})
 	b, _ := m.Alloc(256, 64, dma.Cached)
-	m.SyncForDevice(b.Slice(8, 64), dma.FromDevice)
+	m.SyncForDevice(&b, 8, 64, dma.FromDevice)
 	wantOne(t, m, SharedLine)
 }
 
@@ -177,14 +180,16 @@ func TestCoherentNeedsNoMaintenance(t *testing.T) {
 func TestMappingSlotsExhaust(t *testing.T) {
 	m := New(t, Options{MapSlots: 2})
 	p := make([]byte, 8)
-	a, _ := m.Map(p, dma.ToDevice)
-	b, _ := m.Map(p, dma.ToDevice)
-	if _, err := m.Map(p, dma.ToDevice); err == nil {
+	var a dma.Buffer
+	_ = m.Map(&a, p, dma.ToDevice)
+	var b dma.Buffer
+	_ = m.Map(&b, p, dma.ToDevice)
+	if err := m.Map(new(dma.Buffer), p, dma.ToDevice); err == nil {
 		t.Fatal("third mapping succeeded with two slots")
 	}
-	_ = m.Unmap(a, dma.ToDevice)
-	_ = m.Unmap(b, dma.ToDevice)
-	if err := m.Unmap(b, dma.ToDevice); err == nil {
+	_ = m.Unmap(&a, dma.ToDevice)
+	_ = m.Unmap(&b, dma.ToDevice)
+	if err := m.Unmap(&b, dma.ToDevice); err == nil {
 		t.Fatal("double unmap succeeded")
 	}
 	wantOne(t, m, BadBuffer)
@@ -193,7 +198,8 @@ func TestMappingSlotsExhaust(t *testing.T) {
 func TestFromDeviceMappingsAndTheirSyncs(t *testing.T) {
 	m := New(t, Options{})
 	heap := make([]byte, 300)
-	mb, err := m.Map(heap, dma.FromDevice)
+	var mb dma.Buffer
+	err := m.Map(&mb, heap, dma.FromDevice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,29 +209,37 @@ func TestFromDeviceMappingsAndTheirSyncs(t *testing.T) {
 	if bytes.Contains(heap, []byte("wire")) {
 		t.Fatal("device write visible before unmap")
 	}
-	m.SyncForCPU(mb.Slice(0, 64), dma.FromDevice) // partial sync of a mapping
+	m.SyncForCPU(&mb, 0, 64, dma.FromDevice) // partial sync of a mapping
 	if !bytes.Contains(heap, []byte("wire")) {
 		t.Fatal("sync-for-cpu of a mapping did not copy")
 	}
 	copy(heap[100:], "cpu bytes")
-	m.SyncForDevice(mb.Slice(100, 9), dma.ToDevice)
+	m.SyncForDevice(&mb, 100, 9, dma.ToDevice)
 	got := make([]byte, 9)
 	_ = m.DeviceRead(mb.Addr()+100, got) // from-device mapping read: a violation
 	if string(got) != "cpu bytes" {
 		t.Fatalf("device read %q", got)
 	}
 	wantOne(t, m, CPUOwned)
-	m.SyncForDevice(dma.MakeBuffer(heap[:8], mb.Addr()+4000, mb.Tag()), dma.ToDevice)
+	forged := dma.MakeBuffer(heap[:8], mb.Addr()+4000, mb.Tag())
+	m.SyncForDevice(&forged, 0, forged.Len(), dma.ToDevice)
 	wantOne(t, m, BadBuffer)
-	if err := m.Unmap(mb, dma.FromDevice); err != nil {
+	// A range outside the Buffer: maintenance of bytes the caller does not
+	// own, reported whatever the Buffer is.
+	m.SyncForDevice(&mb, 4000, 200, dma.ToDevice)
+	wantOne(t, m, BadBuffer)
+	m.SyncForCPU(&mb, -1, 8, dma.FromDevice)
+	wantOne(t, m, BadBuffer)
+	if err := m.Unmap(&mb, dma.FromDevice); err != nil {
 		t.Fatal(err)
 	}
-	m.SyncForCPU(mb, dma.FromDevice) // after unmap
+	m.SyncForCPU(&mb, 0, mb.Len(), dma.FromDevice) // after unmap
 	wantOne(t, m, BadBuffer)
-	to, _ := m.Map(make([]byte, 16), dma.ToDevice)
+	var to dma.Buffer
+	_ = m.Map(&to, make([]byte, 16), dma.ToDevice)
 	_ = m.DeviceWrite(to.Addr(), []byte{1})
 	wantOne(t, m, CPUOwned)
-	m.Unmap(to, dma.ToDevice)
+	m.Unmap(&to, dma.ToDevice)
 	if c := m.Counters(); c.Maps != 2 || c.Cleaned == 0 || c.Invalidated == 0 {
 		t.Fatalf("counters %+v", c)
 	}
@@ -235,18 +249,18 @@ func TestBidirectionalAndForeignBuffers(t *testing.T) {
 	m := New(t, Options{})
 	b, _ := m.Alloc(128, 64, dma.Cached)
 	copy(b.Bytes(), "both ways")
-	m.SyncForDevice(b, dma.Bidirectional)
+	m.SyncForDevice(&b, 0, b.Len(), dma.Bidirectional)
 	_ = m.DeviceWrite(b.Addr()+64, []byte("reply"))
 	got := make([]byte, 9)
 	_ = m.DeviceRead(b.Addr(), got)
-	m.SyncForCPU(b, dma.Bidirectional)
+	m.SyncForCPU(&b, 0, b.Len(), dma.Bidirectional)
 	if string(got) != "both ways" || !bytes.Contains(b.Bytes(), []byte("reply")) {
 		t.Fatalf("bidirectional: %q %q", got, b.Bytes())
 	}
 	foreign := dma.MakeBuffer(make([]byte, 8), 0x1234, 99)
-	m.SyncForDevice(foreign, dma.ToDevice)
+	m.SyncForDevice(&foreign, 0, foreign.Len(), dma.ToDevice)
 	wantOne(t, m, BadBuffer)
-	m.SyncForCPU(foreign, dma.ToDevice)
+	m.SyncForCPU(&foreign, 0, foreign.Len(), dma.ToDevice)
 	wantOne(t, m, BadBuffer)
 	if err := m.Free(foreign); err == nil {
 		t.Fatal("freed a foreign buffer")
@@ -259,9 +273,9 @@ func TestBidirectionalAndForeignBuffers(t *testing.T) {
 	_ = m.DeviceWrite(0x10, []byte{1})
 	wantOne(t, m, BadAddress)
 	// A line the device wrote, freed without an invalidate.
-	m.SyncForDevice(b, dma.FromDevice)
+	m.SyncForDevice(&b, 0, b.Len(), dma.FromDevice)
 	_ = m.DeviceWrite(b.Addr(), []byte{1})
-	m.SyncForCPU(b.Slice(64, 64), dma.FromDevice)
+	m.SyncForCPU(&b, 64, 64, dma.FromDevice)
 	if err := m.Free(b); err != nil {
 		t.Fatal(err)
 	}
@@ -269,8 +283,8 @@ func TestBidirectionalAndForeignBuffers(t *testing.T) {
 		t.Fatalf("violations %v", kinds(vs))
 	}
 	c, _ := m.Alloc(64, 64, dma.Coherent)
-	m.SyncForDevice(c, dma.ToDevice) // coherent: nothing to do, nothing wrong
-	m.SyncForCPU(c, dma.FromDevice)
+	m.SyncForDevice(&c, 0, c.Len(), dma.ToDevice) // coherent: nothing to do, nothing wrong
+	m.SyncForCPU(&c, 0, c.Len(), dma.FromDevice)
 	if err := m.Free(c); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func TestTXViolations(t *testing.T) {
 	if err := b.d.SetBusMaster(true); err != nil {
 		t.Fatal(err)
 	}
-	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.ToDevice)
 	b.startTX()
 	a := uint32(b.buf.Addr())
 	b.desc(0, a, 0, 60|eop|rs, 0) // legacy
@@ -129,7 +129,7 @@ func TestTXViolations(t *testing.T) {
 func TestTXOwnership(t *testing.T) {
 	b := newBench(t, e1000etest.Options{ManualTX: true})
 	b.d.SetBusMaster(true)
-	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.ToDevice)
 	b.startTX()
 	a := uint32(b.buf.Addr())
 	for i := 0; i < 3; i++ {
@@ -159,7 +159,7 @@ func TestRXViolations(t *testing.T) {
 		b.desc(i, uint32(b.buf.Addr())+uint32(i)*512, 0, 0, 0)
 	}
 	b.desc(1, uint32(b.buf.Addr())+512, 0, 1, 0) // DD left set
-	b.mem.SyncForDevice(b.buf, dma.FromDevice)
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.FromDevice)
 	b.r.Write32(0x0100, 0)
 	b.startRX()
 	b.r.Write32(0x2818, 4)
@@ -187,7 +187,7 @@ func TestRXViolations(t *testing.T) {
 func TestTXWithoutIFCS(t *testing.T) {
 	b := newBench(t, e1000etest.Options{})
 	b.d.SetBusMaster(true)
-	b.mem.SyncForDevice(b.buf, dma.ToDevice)
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.ToDevice)
 	b.startTX()
 	var sent int
 	b.m.OnTransmit(func([]byte) { sent++ })
@@ -208,14 +208,14 @@ func TestTXWithoutIFCS(t *testing.T) {
 func (b *bench) rxOne(rctl uint32, f []byte) (bool, int, []byte) {
 	b.d.SetBusMaster(true)
 	b.desc(0, uint32(b.buf.Addr()), 0, 0, 0)
-	b.mem.SyncForDevice(b.buf, dma.FromDevice)
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.FromDevice)
 	b.r.Write32(0x5008, 1<<15)
 	b.r.Write32(0x2800, uint32(b.ring.Addr()))
 	b.r.Write32(0x2808, 8*16)
 	b.r.Write32(0x0100, rctl)
 	b.r.Write32(0x2818, 1)
 	ok := b.m.Inject(f)
-	b.mem.SyncForCPU(b.buf, dma.FromDevice)
+	b.mem.SyncForCPU(&b.buf, 0, b.buf.Len(), dma.FromDevice)
 	ln := int(binary.LittleEndian.Uint16(b.ring.Bytes()[12:]))
 	return ok, ln, b.buf.Bytes()
 }

@@ -89,16 +89,18 @@ func (f *frame) Release() error { return (*fec.Packet)(f).Release() }
 
 var _ netstack.Device = (*Device)(nil)
 
-// PeekRx implements netstack.RxPeeker.
-func (d *Device) PeekRx(k, max int) ([]byte, bool, bool, netstack.PeekResult) {
-	b, c, st := d.NIC.Peek(k, max)
+// PeekRun implements netstack.RxPeeker: one fec.NIC.PeekRun, one lock.
+func (d *Device) PeekRun(out []netstack.PeekedRx, max int) (int, netstack.PeekResult) {
+	m, st := d.NIC.PeekRun(len(out), max, func(k int, b []byte, c fec.CsumInfo) {
+		out[k] = netstack.PeekedRx{B: b, IPv4OK: c.IPv4, L4OK: c.L4}
+	})
 	switch st {
 	case fec.PeekFrame:
-		return b, c.IPv4, c.L4, netstack.PeekFrame
+		return m, netstack.PeekFrame
 	case fec.PeekNone:
-		return nil, false, false, netstack.PeekNone
+		return m, netstack.PeekNone
 	}
-	return nil, false, false, netstack.PeekOther
+	return m, netstack.PeekOther
 }
 
 // DropRx implements netstack.RxPeeker.
