@@ -342,6 +342,40 @@ func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run
 	return r, err
 }
 
+// timedTransfer moves n bytes in direction dir ("tx": guest to host)
+// through p, fills r's wall time, throughput and busy figures, and returns
+// the difference of the firmware's /stats counters over the transfer.
+func timedTransfer(p *qemu.Ports, r *Run, dir string, n int64) (func(path ...string) float64, error) {
+	s0, err := p.Stats()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if dir == "tx" {
+		_, err = p.Receive(n, 5*time.Minute)
+	} else {
+		var sr qemu.SinkResult
+		sr, err = p.Send(n, 5*time.Minute)
+		if err == nil && sr.Bytes != n {
+			err = fmt.Errorf("guest received %d of %d bytes", sr.Bytes, n)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.WallNs = int64(time.Since(start))
+	s1, err := p.Stats()
+	if err != nil {
+		return nil, err
+	}
+	d := func(path ...string) float64 { return num(s1, path...) - num(s0, path...) }
+	mib := float64(n) / (1 << 20)
+	r.Mbps = float64(n*8) / (float64(r.WallNs) / 1e9) / 1e6
+	r.BusyNs = int64(d("uptime_ns") - d("idle_ns"))
+	r.BusyPerMiB = float64(r.BusyNs) / mib
+	return d, nil
+}
+
 // measure moves n bytes in direction dir on the interface mode runs on and
 // returns the run with the firmware's counters' deltas per MiB.
 func measure(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
@@ -349,33 +383,11 @@ func measure(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run,
 	m := target(mm, mode)
 	cx := m == cxPorts
 	e1k := m != &mm.Ports && !cx
-	s0, err := m.Stats()
+	d, err := timedTransfer(m, &r, dir, n)
 	if err != nil {
 		return r, err
 	}
-	start := time.Now()
-	if dir == "tx" {
-		_, err = m.Receive(n, 5*time.Minute)
-	} else {
-		var sr qemu.SinkResult
-		sr, err = m.Send(n, 5*time.Minute)
-		if err == nil && sr.Bytes != n {
-			err = fmt.Errorf("guest received %d of %d bytes", sr.Bytes, n)
-		}
-	}
-	if err != nil {
-		return r, err
-	}
-	r.WallNs = int64(time.Since(start))
-	s1, err := m.Stats()
-	if err != nil {
-		return r, err
-	}
-	d := func(path ...string) float64 { return num(s1, path...) - num(s0, path...) }
 	mib := float64(n) / (1 << 20)
-	r.Mbps = float64(n*8) / (float64(r.WallNs) / 1e9) / 1e6
-	r.BusyNs = int64(d("uptime_ns") - d("idle_ns"))
-	r.BusyPerMiB = float64(r.BusyNs) / mib
 	r.IRQPerMiB = d("nic", "irq_ns") / mib
 	r.IRQsPerMiB = d("nic", "irqs") / mib
 	r.RxPerMiB = d("nic", "endpoint", "RxNs") / mib

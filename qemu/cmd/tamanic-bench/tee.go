@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/tamanic/tamanic/qemu"
 )
@@ -76,33 +75,11 @@ func runTEE(ctx context.Context, root, out string, size int64, runs int) ([]Run,
 // driver's.
 func measureTEE(m *qemu.Machine, boot, dir, mode string, i int, n int64) (Run, error) {
 	r := Run{Boot: boot, Dir: dir, Mode: teePrefix + mode, Copybreak: 512, N: i, Bytes: n}
-	s0, err := m.Stats()
+	d, err := timedTransfer(&m.Ports, &r, dir, n)
 	if err != nil {
 		return r, err
 	}
-	start := time.Now()
-	if dir == "tx" {
-		_, err = m.Receive(n, 5*time.Minute)
-	} else {
-		var sr qemu.SinkResult
-		sr, err = m.Send(n, 5*time.Minute)
-		if err == nil && sr.Bytes != n {
-			err = fmt.Errorf("guest received %d of %d bytes", sr.Bytes, n)
-		}
-	}
-	if err != nil {
-		return r, err
-	}
-	r.WallNs = int64(time.Since(start))
-	s1, err := m.Stats()
-	if err != nil {
-		return r, err
-	}
-	d := func(path ...string) float64 { return num(s1, path...) - num(s0, path...) }
 	mib := float64(n) / (1 << 20)
-	r.Mbps = float64(n*8) / (float64(r.WallNs) / 1e9) / 1e6
-	r.BusyNs = int64(d("uptime_ns") - d("idle_ns"))
-	r.BusyPerMiB = float64(r.BusyNs) / mib
 	r.RxPerMiB = d("nic", "endpoint", "RxNs") / mib
 	r.RxPassesPerMiB = d("nic", "endpoint", "RxBatches") / mib
 	r.TxPerMiB = d("nic", "endpoint", "TxNs") / mib
