@@ -19,6 +19,7 @@ import (
 var (
 	pcapDescribe = flag.String("pcap.describe", "", "TestDescribePcap: the pcap file (a -soak.pcap recording) to describe")
 	pcapPort     = flag.Int("pcap.port", 0, "TestDescribePcap: the peer port whose connections to list segment by segment (0: only the 4-tuples used more than once)")
+	pcapFrames   = flag.String("pcap.frames", "", "TestDescribePcap: list every TCP frame numbered FROM-TO, whatever its connection")
 )
 
 // TestDescribePcap is a tool: it lists the 4-tuples of a recording that
@@ -43,6 +44,24 @@ func TestDescribePcap(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *pcapFrames != "" {
+		var from, to int
+		if _, err := fmt.Sscanf(*pcapFrames, "%d-%d", &from, &to); err != nil {
+			t.Fatalf("-pcap.frames %q: want FROM-TO", *pcapFrames)
+		}
+		fh2, err := os.Open(*pcapDescribe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh2.Close()
+		fs, err := ReadPcapTCP(fh2, func(f *TCPFrame) bool { return f.N >= from && f.N <= to })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			t.Logf("%10.6f %7d %s>%s %-5s seq %d ack %d len %d win %d", f.At.Seconds(), f.N, f.Src, f.Dst, f.flags(), f.Seq, f.Ack, f.Len, f.Win)
+		}
 	}
 	var keys []string
 	for k, v := range syns {
