@@ -207,6 +207,33 @@ type PcapConn struct {
 	Misplaced, OverAck int
 	// First is the first anomaly's line.
 	First string
+	// GuestSYNAgain counts the guest's SYN-ACKs after its first: each
+	// makes QEMU's slirp (tcp_mss, called for the MSS option of any SYN)
+	// empty the connection's send buffer, docs/qemu-soak-corruption.md.
+	GuestSYNAgain int
+}
+
+// Verdict names the layer a connection's anomalies point to, or "".
+func (c *PcapConn) Verdict() string {
+	var v []string
+	if c.Misplaced > 0 {
+		who := "the peer (QEMU's user network)"
+		if strings.HasSuffix(c.Tuple, fmt.Sprintf(":%d", app.SourcePort)) {
+			who = "the firmware"
+		}
+		v = append(v, fmt.Sprintf("%s sent bytes other than their sequence numbers say, on the wire before the other side saw them", who))
+	}
+	if c.OverAck > 0 {
+		who := "the firmware"
+		if strings.HasSuffix(c.Tuple, fmt.Sprintf(":%d", app.SourcePort)) {
+			who = "the peer (QEMU's user network)"
+		}
+		v = append(v, who+" acknowledged data never sent to it")
+	}
+	if c.GuestSYNAgain > 0 && c.Misplaced > 0 {
+		v = append(v, fmt.Sprintf("after %d retransmitted SYN-ACK(s) of the firmware, whose MSS option makes slirp's tcp_mss empty its send buffer (docs/qemu-soak-corruption.md)", c.GuestSYNAgain))
+	}
+	return strings.Join(v, "; ")
 }
 
 // ScanPcap reads a pcap of the firmware's network (Options.Pcap) and
@@ -264,6 +291,9 @@ func ScanPcap(pcap string, port uint16, w io.Writer) ([]*PcapConn, error) {
 		c := s.c
 		c.Frames++
 		if !fromPeer && f.Flags&tcpSYN != 0 {
+			if s.haveISN && f.Seq == c.GuestISN {
+				c.GuestSYNAgain++
+			}
 			c.GuestISN, s.haveISN = f.Seq, true
 		}
 		dir := "peer>guest"

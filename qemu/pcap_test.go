@@ -79,14 +79,18 @@ func TestDescribePcap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := 0
+	bad, again := 0, 0
 	for _, c := range conns {
+		if c.GuestSYNAgain > 0 {
+			again++
+		}
 		if c.Misplaced+c.OverAck > 0 {
 			bad++
-			t.Logf("%s #%d: %d misplaced data segments, %d acknowledgements beyond the data; first: %s", c.Tuple, c.N, c.Misplaced, c.OverAck, c.First)
+			t.Logf("%s #%d: %d misplaced data segments, %d acknowledgements beyond the data, %d retransmitted SYN-ACKs; first: %s\n\t%s",
+				c.Tuple, c.N, c.Misplaced, c.OverAck, c.GuestSYNAgain, c.First, c.Verdict())
 		}
 	}
-	t.Logf("%d sink and source connections, %d with anomalies", len(conns), bad)
+	t.Logf("%d sink and source connections, %d with anomalies, %d in which the firmware retransmitted its SYN-ACK", len(conns), bad, again)
 	if *pcapPort != 0 {
 		out := *pcapDescribe + fmt.Sprintf(".port%d.txt", *pcapPort)
 		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
@@ -167,6 +171,9 @@ func TestDescribePortFindsMisplacedData(t *testing.T) {
 		w.segment(peer, guest, isn, 0, tcpSYN, nil)
 		w.segment(guest, peer, giss, isn+1, tcpSYN|tcpACK, nil)
 		w.segment(peer, guest, isn+1, giss+1, tcpACK, nil)
+		if c == 1 {
+			w.segment(guest, peer, giss, isn+1, tcpSYN|tcpACK, nil) // retransmitted
+		}
 		for k := range 3 {
 			off := k * 1460
 			if c == 1 && k == 2 {
@@ -190,11 +197,17 @@ func TestDescribePortFindsMisplacedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s", b.String())
-	if len(conns) != 2 || conns[0].Misplaced+conns[0].OverAck != 0 || conns[1].Misplaced != 1 || conns[1].OverAck != 1 || conns[1].N != 2 {
+	if len(conns) != 2 || conns[0].Misplaced+conns[0].OverAck+conns[0].GuestSYNAgain != 0 || conns[1].Misplaced != 1 || conns[1].OverAck != 1 || conns[1].N != 2 || conns[1].GuestSYNAgain != 1 {
 		for _, c := range conns {
 			t.Logf("%+v", *c)
 		}
-		t.Errorf("want two connections, the second with 1 misplaced segment and 1 acknowledgement beyond the data")
+		t.Errorf("want two connections, the second with 1 misplaced segment, 1 acknowledgement beyond the data and 1 retransmitted SYN-ACK")
+	}
+	if v := conns[1].Verdict(); !strings.Contains(v, "QEMU's user network") || !strings.Contains(v, "firmware acknowledged") || !strings.Contains(v, "tcp_mss") {
+		t.Errorf("verdict %q: want slirp's bytes, the firmware's acknowledgement and the SYN-ACK named", v)
+	}
+	if v := conns[0].Verdict(); v != "" {
+		t.Errorf("verdict on a clean connection: %q", v)
 	}
 	lines := strings.Split(b.String(), "\n")
 	var mis []string

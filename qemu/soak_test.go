@@ -329,8 +329,11 @@ func soakPcapReport(t *testing.T, pcap string, ports []int) {
 	for _, c := range conns {
 		if c.Misplaced+c.OverAck > 0 || c.N > 1 {
 			bad++
-			t.Logf("pcap: %s connection #%d (SYN seq %d, SYN-ACK seq %d): %d segments, %d bytes of data, %d data segments unlike the pattern at their sequence number, %d acknowledgements beyond the data; first: %s",
-				c.Tuple, c.N, c.PeerISN, c.GuestISN, c.Frames, c.Sent, c.Misplaced, c.OverAck, c.First)
+			t.Logf("pcap: %s connection #%d (SYN seq %d, SYN-ACK seq %d): %d segments, %d bytes of data, %d data segments unlike the pattern at their sequence number, %d acknowledgements beyond the data, %d retransmitted SYN-ACKs; first: %s",
+				c.Tuple, c.N, c.PeerISN, c.GuestISN, c.Frames, c.Sent, c.Misplaced, c.OverAck, c.GuestSYNAgain, c.First)
+			if v := c.Verdict(); v != "" {
+				t.Logf("pcap: %s: %s", c.Tuple, v)
+			}
 		}
 	}
 	t.Logf("pcap %s: %d sink and source connections, %d with anomalies or a reused 4-tuple", pcap, len(conns), bad)
