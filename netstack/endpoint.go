@@ -808,6 +808,13 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		case verdictSoft:
 			e.count(func(s *Stats) { s.RxSoftCsum++ })
 		}
+		// Hand up the IP datagram without the link layer's padding (a
+		// frame under 60 bytes is padded with zeros on the wire): gVisor's
+		// GRO takes a segment's payload length from the buffer, not the
+		// IP header, so it merged a padded pure ACK into the preceding
+		// data segment of its connection as 6 bytes of data (the QEMU
+		// soak's corrupted sink transfers).
+		b = b[:h.IPEnd]
 	}
 	p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(buffer.NewViewWithData(b))})
 	f.Release()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,7 @@ func TestSoak(t *testing.T) {
 	var sunk, sourced, echoed, echoes, conns atomic.Int64
 	var failMu sync.Mutex
 	var failures []string
+	var failPorts []int
 	fail := func(f string, a ...any) {
 		failMu.Lock()
 		defer failMu.Unlock()
@@ -148,6 +150,11 @@ func TestSoak(t *testing.T) {
 					conns.Add(1)
 					if i%2 == 0 {
 						r, sum, port, err := sendChecked(m.Ports, chunk, 2*time.Minute)
+						if err != nil || r != chunk || sum != wantSum {
+							failMu.Lock()
+							failPorts = append(failPorts, port)
+							failMu.Unlock()
+						}
 						if err != nil {
 							fail("sink connection from port %d: %v", port, err)
 							return
@@ -264,6 +271,9 @@ func TestSoak(t *testing.T) {
 		t.Error(f)
 	}
 	if len(failures) > 0 {
+		if *soakPcap != "" {
+			soakPcapReport(t, *soakPcap, failPorts)
+		}
 		s, err := m.Stats()
 		t.Fatalf("after %v: %d MiB to the sink, %d MiB from the source, %d echoes; sink transfers unlike the pattern (where): %v; /stats %v (%v)\nconsole:\n%s",
 			el.Round(time.Second), sunk.Load()>>20, sourced.Load()>>20, echoes.Load(), get(s, "sink_pattern"), s, err, tail(m.Console(), 40))
@@ -301,6 +311,44 @@ func TestSoak(t *testing.T) {
 		gcAfter[0].heapAlloc/(1<<20), gcAfter[1].heapAlloc/(1<<20), gcAfter[0].heapInuse/(1<<20), gcAfter[1].heapInuse/(1<<20))
 	if total < 1<<30 {
 		t.Logf("NOTE: %d MiB is under 1 GiB: run longer (SOAK=10m) for 1 GiB on this machine", total>>20)
+	}
+}
+
+// soakPcapReport checks every sink and source connection of the soak's
+// recording (ScanPcap) and writes each failed sink connection's segments
+// next to it (FILE.portN.txt), so that a corrupted transfer can be told
+// apart: QEMU's user network sending bytes other than its sequence
+// numbers say, or the firmware acknowledging data never sent to it.
+func soakPcapReport(t *testing.T, pcap string, ports []int) {
+	t.Helper()
+	conns, err := ScanPcap(pcap, 0, nil)
+	if err != nil {
+		t.Logf("pcap %s: %v", pcap, err)
+	}
+	bad := 0
+	for _, c := range conns {
+		if c.Misplaced+c.OverAck > 0 || c.N > 1 {
+			bad++
+			t.Logf("pcap: %s connection #%d (SYN seq %d, SYN-ACK seq %d): %d segments, %d bytes of data, %d data segments unlike the pattern at their sequence number, %d acknowledgements beyond the data, %d retransmitted SYN-ACKs; first: %s",
+				c.Tuple, c.N, c.PeerISN, c.GuestISN, c.Frames, c.Sent, c.Misplaced, c.OverAck, c.GuestSYNAgain, c.First)
+			if v := c.Verdict(); v != "" {
+				t.Logf("pcap: %s: %s", c.Tuple, v)
+			}
+		}
+	}
+	t.Logf("pcap %s: %d sink and source connections, %d with anomalies or a reused 4-tuple", pcap, len(conns), bad)
+	for _, p := range ports {
+		var b strings.Builder
+		if _, err := ScanPcap(pcap, uint16(p), &b); err != nil {
+			t.Logf("pcap port %d: %v", p, err)
+			continue
+		}
+		out := fmt.Sprintf("%s.port%d.txt", pcap, p)
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Logf("pcap port %d: %v", p, err)
+			continue
+		}
+		t.Logf("pcap: every segment of the failed sink connection from port %d in %s", p, out)
 	}
 }
 
