@@ -627,10 +627,14 @@ func (m *Ports) PostGC() (map[string]any, error) {
 }
 
 // client is an HTTP client that reaches the guest through Dial when set.
+// Through Dial each client has its own transport, so it keeps no
+// connection alive: an idle kept-alive connection per call would hold one
+// of the firmware's few HTTP places until its idle timeout, and once they
+// are all held the firmware refuses (resets) the next request.
 func (m *Ports) client() *http.Client {
 	c := &http.Client{Timeout: 60 * time.Second}
 	if m.Dial != nil {
-		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		c.Transport = &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			_, p, err := net.SplitHostPort(addr)
 			if err != nil {
 				return nil, err
