@@ -627,14 +627,19 @@ func (m *Ports) PostGC() (map[string]any, error) {
 }
 
 // client is an HTTP client that reaches the guest through Dial when set.
-// Through Dial each client has its own transport, so it keeps no
-// connection alive: an idle kept-alive connection per call would hold one
-// of the firmware's few HTTP places until its idle timeout, and once they
-// are all held the firmware refuses (resets) the next request.
+// It keeps no connection alive. A kept-alive connection that waits through
+// a long transfer meets the firmware's HTTP idle timeout, and a POST sent
+// on it as the firmware closes it fails with EOF (Go retries only
+// idempotent requests; make bench lost runs to this under icount). And
+// through Dial each client has its own transport, so each call would leave
+// an idle connection holding one of the firmware's few HTTP places until
+// that timeout; once they were all held the firmware reset the next
+// request.
 func (m *Ports) client() *http.Client {
-	c := &http.Client{Timeout: 60 * time.Second}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives, t.Proxy = true, nil
 	if m.Dial != nil {
-		c.Transport = &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		t.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
 			_, p, err := net.SplitHostPort(addr)
 			if err != nil {
 				return nil, err
@@ -644,9 +649,9 @@ func (m *Ports) client() *http.Client {
 				return nil, err
 			}
 			return m.Dial(ctx, port)
-		}}
+		}
 	}
-	return c
+	return &http.Client{Timeout: 60 * time.Second, Transport: t}
 }
 
 // Iperf3 runs the stock iperf3 client against the guest's iperf3 server
