@@ -334,11 +334,32 @@ func planTransfers(p *progress, board string, runs int, size, profSize int64, pr
 	}
 }
 
-// transfer runs one transfer (see measure) and reports it on prog.
+// transferTries is how often a failed transfer is tried before the board's
+// measurement stops. Under -icount with sleep=off an idle guest's clock
+// jumps to its next timer at once, so when the host side stalls for a
+// moment (a loaded machine) the guest's TCP can run through its
+// retransmission timeouts and reset the connection in no host time at
+// all; make bench then lost a whole board to one run ("broken pipe").
+const transferTries = 3
+
+// transfer runs one transfer (see measure) and reports it on prog; a
+// failed one is tried again, up to transferTries in all, and the report
+// keeps only the run that completed.
 func transfer(mm *qemu.Machine, boot, dir, mode string, cb, i int, n int64) (Run, error) {
-	prog.begin(boot, dir, mode, cb, i, n)
-	r, err := measure(mm, boot, dir, mode, cb, i, n)
-	prog.end(r, err)
+	var r Run
+	var err error
+	for try := 0; try < transferTries; try++ {
+		if try > 0 {
+			fmt.Printf("# %s %s %s run %d: try %d after: %v\n", boot, dir, mode, i+1, try+1, err)
+			prog.plan(1, n) // the progress counts the retry as one more transfer
+		}
+		prog.begin(boot, dir, mode, cb, i, n)
+		r, err = measure(mm, boot, dir, mode, cb, i, n)
+		prog.end(r, err)
+		if err == nil {
+			return r, nil
+		}
+	}
 	return r, err
 }
 
