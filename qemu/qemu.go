@@ -576,7 +576,19 @@ func (m *Ports) SetSinkHash(on bool) error {
 }
 
 func (m *Ports) post(query string) error {
-	r, err := m.PostMode(query, "Bearer "+ControlToken)
+	// A mode is set, not toggled, so a request that got no answer (the
+	// connection closed before one: seen as EOF on the first request after
+	// READY under icount) is sent again, twice at most.
+	var r *http.Response
+	var err error
+	for try := 0; try < 3; try++ {
+		if try > 0 {
+			time.Sleep(time.Second)
+		}
+		if r, err = m.PostMode(query, "Bearer "+ControlToken); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
