@@ -13,12 +13,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/soc/nxp/enet"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
+	"github.com/tamanic/tamanic/board/internal/physmem"
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
@@ -62,10 +62,6 @@ func Nanotime() int64 { return imx6ul.ARM.GetTime() }
 // IdleNanoseconds returns the time spent idle since Init.
 func (b *Board) IdleNanoseconds() int64 { return b.idle.IdleNanoseconds() }
 
-func region(start, size uintptr) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
-}
-
 // Memory returns the DMA memory. TamaGo maps only the runtime's RAM
 // cacheable: the DMA region is a device region, so its Cached part is
 // declared Uncached; Go heap memory TX maps in place is cleaned by address
@@ -108,8 +104,8 @@ func CacheableMemory() *dma.System {
 // uncached or not.
 func system(uncached bool) *dma.System {
 	return dma.NewSystem(dma.SystemConfig{
-		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
-		Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
+		Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
 			Uncached: uncached},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: dma.ARMv7Cache{},
