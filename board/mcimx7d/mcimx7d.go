@@ -95,6 +95,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 		return nil, err
 	}
 	cfg.Regs = mmio.Block{Base: ENET1Base}
+	cfg.IPGClock = enetAXIRate(mmio.Block{Base: CCMBase}.Read32(ccmTargetRootENETAXI))
 	cfg.Mem = Memory()
 	cfg.Caps = caps
 	cfg.Interface = fec.RGMII // the SABRE's BCM54220
@@ -118,6 +119,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 	// (unmasking earlier loses an interrupt that arrives first).
 	GIC.Init(true, false)
 	GIC.EnableInterrupt(ENET1IRQ, true)
+	GIC.EnableInterrupt(ENET1IRQ0, true)
 	tickless.EnableTimerInterrupts(GIC)
 	go arm.ServiceInterrupts(func() {
 		for {
@@ -125,7 +127,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 			switch {
 			case id >= 1020:
 				return
-			case id == ENET1IRQ:
+			case id == ENET1IRQ || id == ENET1IRQ0:
 				t0 := ARM.GetTime()
 				_, _ = n.Interrupt()
 				irqNs.Add(ARM.GetTime() - t0)

@@ -20,6 +20,14 @@ const (
 	SRCBase        = 0x30390000
 	PCIePHYBase    = 0x306D0000
 
-	// ENET1IRQ is the ENET1 MAC interrupt, SPI 118.
+	// ENET1IRQ0 is ENET1's "int0", SPI 120: on silicon ring 0's frame
+	// events and the MAC's events (bus error, MII) come on it (Linux
+	// imx7d.dtsi fec1 interrupts: SPI 120 int0, 118 int1, 119 int2, 121
+	// pps). QEMU 7.2 wires ENET1's one interrupt to SPI 118 instead and
+	// never raises 120. Both are taken, each to the same handler, as Linux
+	// requests each of the MAC's lines for its one interrupt handler.
+	ENET1IRQ0 = 32 + 120
+	// ENET1IRQ is SPI 118: ENET1's "int1" (ring 1) on silicon, and the one
+	// line QEMU 7.2 raises.
 	ENET1IRQ = 32 + 118
 )
