@@ -8,7 +8,7 @@
 // tickless idle governor shared with the mx6ullevk board.
 //
 // Memory: DDR starts at 0x8000_0000. As on the mx6ullevk, the Go runtime
-// gets the first 480 MiB and the 32 MiB above it are the DMA region, which
+// gets the first 480 MiB and the 96 MiB above it are the DMA region, which
 // TamaGo's MMU setup maps uncached (everything outside the runtime's RAM
 // is a device region). The SABRE has 1 GiB; the rest is unused.
 //

@@ -6,7 +6,12 @@ const (
 	RAMStart  = 0x80000000
 	GoRAMSize = 480 << 20
 	DMAStart  = RAMStart + GoRAMSize
-	DMASize   = 32 << 20
+	// DMASize is 96 MiB: a ConnectX-4 Lx asks for about 12,900 firmware
+	// pages (about 50 MiB) at initialisation (QUERY_PAGES), given from
+	// this region besides ENET1's and the e1000e's rings and buffers
+	// (about 3 MiB each); with 32 MiB such a card could not be brought
+	// up. The SABRE has 1 GiB of DDR; 576 MiB stay above the region.
+	DMASize = 96 << 20
 	// CoherentSize of the DMA region holds descriptor rings; the rest
 	// holds driver buffers.
 	CoherentSize = 1 << 20
