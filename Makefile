@@ -12,9 +12,10 @@ TAMAGO    = $$($(GO) tool -n tamago)
 TAMAGOENV = GOOS=tamago GOOSPKG=github.com/usbarmory/tamago GOARCH=arm GOARM=7
 TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
 # Per board: the text address (DDR start + 64 KiB; the i.MX6Q's DDR is at
-# 0x10000000) and the DCD TamaGo ships for it, if any.
+# 0x10000000) and the DCD: board/$(BOARD)/imximage.cfg when the board has
+# its own (sabrelite, mcimx7d: TamaGo ships none), TamaGo's otherwise.
 LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
-DCD       = $(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg
+DCD       = $(or $(wildcard board/$(BOARD)/imximage.cfg),$(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg)
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
 test: fmt vet race cover cross baseline-test
@@ -86,7 +87,7 @@ else
 	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
-	else echo "firmware: no TamaGo DCD for $(BOARD): .bin only, no .imx"; \
+	else echo "firmware: no DCD for $(BOARD) (board/$(BOARD)/imximage.cfg or TamaGo's): .bin only, no .imx"; \
 	  $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; fi
 endif
 

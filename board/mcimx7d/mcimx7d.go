@@ -8,7 +8,7 @@
 // tickless idle governor shared with the mx6ullevk board.
 //
 // Memory: DDR starts at 0x8000_0000. As on the mx6ullevk, the Go runtime
-// gets the first 480 MiB and the 32 MiB above it are the DMA region, which
+// gets the first 480 MiB and the 96 MiB above it are the DMA region, which
 // TamaGo's MMU setup maps uncached (everything outside the runtime's RAM
 // is a device region). The SABRE has 1 GiB; the rest is unused.
 //
@@ -24,42 +24,18 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/arm/gic"
 
 	"github.com/tamanic/tamanic/board/internal/phylink"
+	"github.com/tamanic/tamanic/board/internal/physmem"
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/pcie"
-)
-
-// Memory layout and peripherals (i.MX 7Dual RM memory map; QEMU
-// include/hw/arm/fsl-imx7.h).
-const (
-	RAMStart  = 0x80000000
-	GoRAMSize = 480 << 20
-	DMAStart  = RAMStart + GoRAMSize
-	DMASize   = 32 << 20
-	// CoherentSize of the DMA region holds descriptor rings; the rest
-	// holds driver buffers.
-	CoherentSize = 1 << 20
-
-	UART1Base      = 0x30860000
-	CCMBase        = 0x30380000
-	SysCntCtrlBase = 0x306C0000
-	ENET1Base      = 0x30BE0000
-	GICBase        = 0x31000000 // Cortex-A7 MPCore private region
-	GPRBase        = 0x30340000 // IOMUXC GPR
-	SRCBase        = 0x30390000
-	PCIePHYBase    = 0x306D0000
-
-	// ENET1IRQ is the ENET1 MAC interrupt, SPI 118.
-	ENET1IRQ = 32 + 118
 )
 
 // GIC is the interrupt controller.
@@ -87,10 +63,6 @@ func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }
 // spent in the driver's handler.
 func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 
-func region(start, size uintptr) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
-}
-
 var memory *dma.System
 
 // Memory returns the DMA memory of the board (one instance: ENET1 and
@@ -100,8 +72,8 @@ var memory *dma.System
 func Memory() *dma.System {
 	if memory == nil {
 		memory = dma.NewSystem(dma.SystemConfig{
-			Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
-			Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+			Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
+			Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
 				Uncached: true},
 			RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 			Cache: dma.ARMv7Cache{},
@@ -123,6 +95,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 		return nil, err
 	}
 	cfg.Regs = mmio.Block{Base: ENET1Base}
+	cfg.IPGClock = enetAXIRate(mmio.Block{Base: CCMBase}.Read32(ccmTargetRootENETAXI))
 	cfg.Mem = Memory()
 	cfg.Caps = caps
 	cfg.Interface = fec.RGMII // the SABRE's BCM54220
@@ -146,6 +119,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 	// (unmasking earlier loses an interrupt that arrives first).
 	GIC.Init(true, false)
 	GIC.EnableInterrupt(ENET1IRQ, true)
+	GIC.EnableInterrupt(ENET1IRQ0, true)
 	tickless.EnableTimerInterrupts(GIC)
 	go arm.ServiceInterrupts(func() {
 		for {
@@ -153,7 +127,7 @@ func ENET1(cfg fec.Config) (*fec.NIC, error) {
 			switch {
 			case id >= 1020:
 				return
-			case id == ENET1IRQ:
+			case id == ENET1IRQ || id == ENET1IRQ0:
 				t0 := ARM.GetTime()
 				_, _ = n.Interrupt()
 				irqNs.Add(ARM.GetTime() - t0)

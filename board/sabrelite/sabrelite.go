@@ -27,10 +27,10 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
 
+	"github.com/tamanic/tamanic/board/internal/physmem"
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
@@ -87,10 +87,6 @@ func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }
 // spent in the driver's handler.
 func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 
-func region(start, size uintptr) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
-}
-
 // Memory returns the DMA memory of the board. The region is mapped
 // uncached by TamaGo, so its Cached part is declared Uncached; Go heap
 // memory TX maps in place is maintained by address range through L1 and,
@@ -102,8 +98,8 @@ func Memory() *dma.System {
 		c.Outer = &dma.PL310{Regs: mmio.Block{Base: PL310Base}}
 	}
 	return dma.NewSystem(dma.SystemConfig{
-		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
-		Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
+		Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
 			Uncached: true},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: c,

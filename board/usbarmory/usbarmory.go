@@ -65,21 +65,6 @@ func IdleNanoseconds() int64 { return board.IdleNanoseconds() }
 // spent in the driver's handler.
 func Interrupts() (n, ns int64) { return board.Interrupts() }
 
-// DP83825I register the board needs after every PHY reset (the values
-// TamaGo's mk2 EnablePHY writes): RCSR (0x17), RMII_CS (bit 7) selecting
-// the 50 MHz RMII reference clock the SoC supplies, and RX_BUF (bit 0)
-// of the receive elastic buffer size, set as TamaGo sets it.
-const (
-	dpRCSR       = 0x17
-	dpRCSRRMIICS = 1 << 7
-	dpRCSRRxBuf  = 1 << 0
-)
-
-// dp83825AfterReset restores the DP83825I setting a soft reset clears.
-func dp83825AfterReset(p *fec.PHY) error {
-	return p.NIC.MDIOWrite(p.Addr, dpRCSR, dpRCSRRMIICS|dpRCSRRxBuf)
-}
-
 // ENET2 brings up ENET2 and returns a fec.NIC on it, initialised,
 // interrupt-driven (ENET2 MAC line, SPI 120: imx6ul.ENET2_IRQ), with the
 // link autonegotiated and watched (the DP83825I at MDIO address 0; where
@@ -88,7 +73,7 @@ func dp83825AfterReset(p *fec.PHY) error {
 func ENET2(cfg fec.Config) (*fec.NIC, error) {
 	return board.ENET(mk2.ENET2, imx6ul.ENET2_IRQ, cfg, func(n *fec.NIC) error {
 		_, err := phylink.Start(n, phylink.Config{Name: "usbarmory: ENET2", Log: os.Stdout,
-			Link: fec.LinkConfig{Addrs: []int{0}, AfterReset: dp83825AfterReset}}, nil)
+			Link: enet2Link()}, nil)
 		return err
 	})
 }

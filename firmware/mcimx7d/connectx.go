@@ -107,7 +107,11 @@ func (c *cxControls) watch(w *pcie.Window) {
 // addConnectX brings up the first ConnectX function on rc's bus (or an
 // ivshmem function standing in for one) as NIC 3 of s and serves on it. It
 // returns nil, nil when there is none.
-func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxControls, error) {
+//
+// A failure after the card is up closes it again (and removes its NIC from
+// the stack, if it was added), so nothing is left half-initialised: the
+// card's queues torn down and its pages taken back, bus mastering off.
+func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (_ *cxControls, err error) {
 	d, transport, bar := mcimx7d.FindConnectX(rc.Devices())
 	if d == nil {
 		return nil, nil
@@ -120,6 +124,18 @@ func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxControls, erro
 	if err != nil {
 		return nil, err
 	}
+	added := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if added {
+			s.RemoveNIC(cxNIC)
+		}
+		if cerr := nic.Close(); cerr != nil {
+			err = fmt.Errorf("%w (and closing the card: %v)", err, cerr)
+		}
+	}()
 	ep, err := netstack.New(netstack.Options{Device: nic, TSO: true, AckFilter: true, GRO: true,
 		PollInterval: 500 * time.Microsecond, Clock: mcimx7d.Nanotime})
 	if err != nil {
@@ -128,6 +144,7 @@ func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxControls, erro
 	if err := s.CreateNIC(cxNIC, ep); err != nil {
 		return nil, fmt.Errorf("connectx: CreateNIC: %v", err)
 	}
+	added = true
 	a4 := tcpip.AddrFrom4(addr.Addr().As4())
 	if err := s.AddProtocolAddress(cxNIC, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
 		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {

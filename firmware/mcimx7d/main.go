@@ -3,7 +3,9 @@
 // Command mcimx7d is the tamanic firmware for the i.MX 7Dual SABRE and
 // QEMU's mcimx7d-sabre: the PCIe root complex (its devices listed on the
 // console and in /stats under nic.pcie), the ENET driver on ENET1, the
-// gVisor endpoint and the services of package app. It prints
+// gVisor endpoint and the services of package app, brought up by
+// firmware/internal/fwmain like the other boards' (the PCIe interfaces
+// through its Init, Attach and Stats hooks). It prints
 // "READY ip=... mac=... mode=..." on the console when serving.
 //
 // When an Intel 82574L (QEMU's e1000e) is on the PCIe bus, it becomes a
@@ -25,20 +27,16 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/tamanic/tamanic/board/mcimx7d"
 	"github.com/tamanic/tamanic/e1000e"
-	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/netstack"
-	"github.com/tamanic/tamanic/netstack/fecdev"
 	"github.com/tamanic/tamanic/pcie"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -58,31 +56,6 @@ var (
 	// (through the DesignWare MSI receiver).
 	E1000EIRQ = "intx"
 )
-
-// controls adds the PCIe report and the 82574L to the NIC's /stats
-// document.
-type controls struct {
-	*app.NICControls
-	pcie   mcimx7d.PCIeReport
-	e1000e *e1000eControls
-	cx     *cxControls
-}
-
-// Stats returns the NIC's members with "pcie" (and "e1000e") added.
-func (c controls) Stats() any {
-	m := map[string]any{}
-	if b, err := json.Marshal(c.NICControls.Stats()); err == nil {
-		_ = json.Unmarshal(b, &m)
-	}
-	m["pcie"] = c.pcie
-	if c.e1000e != nil {
-		m["e1000e"] = c.e1000e.Stats()
-	}
-	if c.cx != nil {
-		m["connectx"] = c.cx.Stats()
-	}
-	return m
-}
 
 // e1000eControls implements app.Controls for the 82574L: "tso" is
 // hardware TCP segmentation for connections established from now on,
@@ -192,20 +165,40 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 }
 
 func main() {
-	boot := time.Now()
-	mcimx7d.Init()
-	defer func() {
-		// A panic is printed on the console before the board halts.
-		if r := recover(); r != nil {
-			fmt.Printf("PANIC %v\n%s", r, debug.Stack())
-			os.Exit(1)
-		}
-	}()
-	netcfg, err := app.BuildNetConfig()
-	if err != nil {
-		panic(err)
-	}
-	rc, rep := mcimx7d.PCIe()
+	var (
+		rc  *pcie.RC
+		rep mcimx7d.PCIeReport
+		e1  *e1000eControls
+		cx  *cxControls
+	)
+	fwmain.Run(fwmain.Board{
+		Init: func() error {
+			mcimx7d.Init()
+			rc, rep = mcimx7d.PCIe()
+			printPCIe(rep)
+			return nil
+		},
+		ENET:     mcimx7d.ENET1,
+		Nanotime: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds, Interrupts: mcimx7d.Interrupts,
+		Attach: func(s *stack.Stack, boot time.Time) error {
+			e1, cx = attach(s, rc, boot)
+			return nil
+		},
+		Stats: func() map[string]any {
+			m := map[string]any{"pcie": rep}
+			if e1 != nil {
+				m["e1000e"] = e1.Stats()
+			}
+			if cx != nil {
+				m["connectx"] = cx.Stats()
+			}
+			return m
+		},
+	}, fwmain.Settings{Mode: Mode})
+}
+
+// printPCIe lists the root complex's link and devices on the console.
+func printPCIe(rep mcimx7d.PCIeReport) {
 	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
 	if rep.Error != "" {
 		fmt.Printf(" error=%q", rep.Error)
@@ -224,54 +217,30 @@ func main() {
 		}
 		fmt.Println()
 	}
-	var dev *fecdev.Device
-	n, err := mcimx7d.ENET1(fec.Config{OnTxDone: func(c any, err error) { dev.Done(c, err) }})
-	if err != nil {
-		panic(err)
-	}
-	dev = fecdev.New(n)
-	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true,
-		Clock: mcimx7d.Nanotime})
-	if err != nil {
-		panic(err)
-	}
-	network, err := app.StartNetwork(ep, n.MAC(), netcfg, os.Stdout)
-	if err != nil {
-		panic(err)
-	}
-	nc := &app.NICControls{NIC: n, EP: ep, Idle: mcimx7d.IdleNanoseconds, Interrupts: mcimx7d.Interrupts}
-	if err := nc.SetMode(Mode, nil); err != nil {
-		panic(err)
-	}
-	ctl := controls{NICControls: nc, pcie: rep}
-	if rc != nil {
-		if d := e1000e.Find(rc.Devices()); d != nil {
-			c, err := addE1000E(network.Stack, rc, d, boot)
-			if err != nil {
-				// Reported, not fatal: ENET1 still serves.
-				fmt.Printf("E1000E error=%q\n", err.Error())
-			}
-			ctl.e1000e = c
-		}
-		c, err := addConnectX(network.Stack, rc, boot)
-		switch {
-		case err != nil:
-			// Reported, not fatal: the other interfaces still serve.
-			fmt.Printf("CONNECTX error=%q\n", err.Error())
-		case c == nil:
-			fmt.Println("CONNECTX none: no Mellanox 15b3 or ivshmem 1af4:1110 function on the bus")
-		}
-		ctl.cx = c
-	} else {
+}
+
+// attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the
+// bus to s, each with its own services. Their errors are reported on the
+// console, not fatal: ENET1 still serves.
+func attach(s *stack.Stack, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxControls) {
+	if rc == nil {
 		fmt.Println("CONNECTX none: no PCIe root complex")
+		return nil, nil
 	}
-	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
-	if err := srv.Start(); err != nil {
-		panic(err)
+	var e1 *e1000eControls
+	if d := e1000e.Find(rc.Devices()); d != nil {
+		c, err := addE1000E(s, rc, d, boot)
+		if err != nil {
+			fmt.Printf("E1000E error=%q\n", err.Error())
+		}
+		e1 = c
 	}
-	tx, cb := nc.Mode()
-	m := n.MAC()
-	fmt.Printf("READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d\n",
-		network.Addr(), m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
-	select {}
+	cx, err := addConnectX(s, rc, boot)
+	switch {
+	case err != nil:
+		fmt.Printf("CONNECTX error=%q\n", err.Error())
+	case cx == nil:
+		fmt.Println("CONNECTX none: no Mellanox 15b3 or ivshmem 1af4:1110 function on the bus")
+	}
+	return e1, cx
 }

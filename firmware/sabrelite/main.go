@@ -52,7 +52,7 @@ func main() {
 			return n, nil
 		},
 		Nanotime: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds, Interrupts: sabrelite.Interrupts,
-		Stats: func() any { return st },
+		Stats: func() map[string]any { return map[string]any{"board": st} },
 		Line: func() string {
 			s := fmt.Sprintf("BOARD l2=%v timer_hz=%d phy_id=%#08x link=%s", st.L2, st.TimerHz, st.PHYID, st.Link)
 			if st.PHYError != "" {

@@ -13,12 +13,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/soc/nxp/enet"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
+	"github.com/tamanic/tamanic/board/internal/physmem"
 	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
@@ -62,19 +62,21 @@ func Nanotime() int64 { return imx6ul.ARM.GetTime() }
 // IdleNanoseconds returns the time spent idle since Init.
 func (b *Board) IdleNanoseconds() int64 { return b.idle.IdleNanoseconds() }
 
-func region(start, size uintptr) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(start)), size)
-}
-
-// Memory returns the DMA memory. TamaGo maps only the runtime's RAM
-// cacheable: the DMA region is a device region, so its Cached part is
-// declared Uncached; Go heap memory TX maps in place is cleaned by address
-// range (Cortex-A7, L2 integrated, no PL310).
+// Memory returns the DMA memory as TamaGo maps it, uncached: TamaGo maps
+// only the runtime's RAM cacheable and the DMA region is a device region,
+// so its Cached part is declared Uncached; Go heap memory TX maps in place
+// is cleaned by address range (Cortex-A7, L2 integrated, no PL310). The
+// boards use CacheableMemory; this is for a firmware that keeps TamaGo's
+// mapping.
 func Memory() *dma.System { return system(true) }
 
 // remapOnce guards the one-time MMU remap of CacheableMemory (a property
-// of the SoC's translation table, not of a driver).
-var remapOnce sync.Once
+// of the SoC's translation table, not of a driver) and the one System on
+// it (two would hand out the same memory twice).
+var (
+	remapOnce sync.Once
+	cacheable *dma.System
+)
 
 // CacheableMemory returns the DMA memory with its buffer part made
 // cacheable.
@@ -100,16 +102,17 @@ var remapOnce sync.Once
 func CacheableMemory() *dma.System {
 	remapOnce.Do(func() {
 		imx6ul.ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+		cacheable = system(false)
 	})
-	return system(false)
+	return cacheable
 }
 
 // system is the DMA region as a dma.System, its Cached part declared
 // uncached or not.
 func system(uncached bool) *dma.System {
 	return dma.NewSystem(dma.SystemConfig{
-		Coherent: dma.RegionConfig{Mem: region(DMAStart, CoherentSize), Base: DMAStart},
-		Cached: dma.RegionConfig{Mem: region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
+		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
+		Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
 			Uncached: uncached},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: dma.ARMv7Cache{},
@@ -120,7 +123,7 @@ func system(uncached bool) *dma.System {
 // the PHY set-up its board package installed), then resets the MAC and
 // returns a fec.NIC on it, initialised and interrupt-driven through the
 // GIC on irq. cfg's Regs, Caps and MAC are filled in, and Mem when nil
-// (with Memory). link, when set, runs on the initialised NIC before
+// (with CacheableMemory: the buffers in normal cacheable memory). link, when set, runs on the initialised NIC before
 // interrupts are enabled (the board's PHY and link watch).
 func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config, link func(*fec.NIC) error) (*fec.NIC, error) {
 	eth.Init()
@@ -137,7 +140,7 @@ func (b *Board) ENET(eth *enet.ENET, irq int, cfg fec.Config, link func(*fec.NIC
 	}
 	cfg.Regs = mmio.Block{Base: uintptr(eth.Base)}
 	if cfg.Mem == nil {
-		cfg.Mem = Memory()
+		cfg.Mem = CacheableMemory()
 	}
 	cfg.Caps = caps
 	cfg.Interrupts = true

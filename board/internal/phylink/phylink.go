@@ -54,30 +54,40 @@ func Start(n *fec.NIC, c Config, stop <-chan struct{}) (*fec.PHY, error) {
 	} else {
 		p, err = n.StartLink(c.Link)
 	}
+	poll := c.Poll
+	if poll == 0 {
+		poll = Poll
+	}
 	switch {
 	case errors.Is(err, fec.ErrNoPHY):
 		if c.Log != nil {
 			fmt.Fprintf(c.Log, "%s: %v; link not managed\n", c.Name, err)
 		}
+		go watch(n, nil, c, poll, stop)
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("%s link: %w", c.Name, err)
 	}
-	poll := c.Poll
-	if poll == 0 {
-		poll = Poll
-	}
 	if c.Log != nil {
 		fmt.Fprintf(c.Log, "%s: PHY %d, link %v\n", c.Name, p.Addr, n.Link())
 	}
-	go watch(p, c, poll, stop)
+	go watch(n, p, c, poll, stop)
 	return p, nil
 }
 
 // watch is fec.PHY.WatchLink with every change written on c.Log ("link
-// down", "link 100 Mb/s full duplex"), as Linux logs them. Poll errors
-// are counted by package fec and polling goes on.
-func watch(p *fec.PHY, c Config, poll time.Duration, stop <-chan struct{}) {
+// down", "link 100 Mb/s full duplex"), as Linux logs them (p nil: no PHY,
+// no link to watch). Poll errors are counted by package fec and polling
+// goes on.
+//
+// Each tick also reclaims n's TX ring, which re-kicks the uDMA when
+// descriptors wait and TDAR is clear (ERR006358's rule). That is the way
+// out for a frame whose kick was skipped (ERR007885: TDAR still set)
+// just as the uDMA was finishing: it sends nothing more, so no completion
+// interrupt comes to re-kick it, and without this the frame would wait
+// for the next Transmit or RX interrupt
+// (TestStrandedFrameLeavesOnTheNextTick).
+func watch(n *fec.NIC, p *fec.PHY, c Config, poll time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
@@ -85,6 +95,10 @@ func watch(p *fec.PHY, c Config, poll time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		n.Reclaim()
+		if p == nil {
+			continue
 		}
 		if l, changed, _ := p.PollLink(); changed && c.Log != nil {
 			fmt.Fprintf(c.Log, "%s: link %v\n", c.Name, l)

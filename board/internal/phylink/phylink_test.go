@@ -89,13 +89,15 @@ func (l *syncLog) String() string {
 	return l.b.String()
 }
 
-// TestStartWithoutPHY: no PHY answers: no error, no watch, a line says so,
-// and the MAC keeps the link Init assumed.
+// TestStartWithoutPHY: no PHY answers: no error, no link watch, a line
+// says so, and the MAC keeps the link Init assumed.
 func TestStartWithoutPHY(t *testing.T) {
 	for _, noReset := range []bool{false, true} {
 		r := fectest.NewRig(t, fectest.RigOptions{})
 		var log strings.Builder
-		p, err := Start(r.NIC, Config{Name: "board: ENET9", Link: fec.LinkConfig{Addrs: []int{7}}, NoReset: noReset, Log: &log}, nil)
+		stop := make(chan struct{})
+		t.Cleanup(func() { close(stop) })
+		p, err := Start(r.NIC, Config{Name: "board: ENET9", Link: fec.LinkConfig{Addrs: []int{7}}, NoReset: noReset, Log: &log}, stop)
 		if err != nil || p != nil {
 			t.Fatalf("noReset %v: %v %v", noReset, p, err)
 		}
@@ -119,5 +121,59 @@ func TestStartReappliesBoardSettings(t *testing.T) {
 	}}}, make(chan struct{}))
 	if called != 1 || err == nil || !strings.Contains(err.Error(), "b link") {
 		t.Fatalf("AfterReset called %d times, error %v", called, err)
+	}
+}
+
+// TestStrandedFrameLeavesOnTheNextTick: interrupt-driven, with the
+// model's asynchronous uDMA. Frame A is sent and its interrupt raised; as
+// the uDMA is closing (TDAR still set) frame B is queued, and its kick is
+// skipped (ERR007885's rule); A's interrupt is then serviced while TDAR is
+// still set, so nothing re-kicks, and the uDMA stops without B. No
+// interrupt is pending: B would wait for the next Transmit. The link
+// watch's tick reclaims the ring, which re-kicks (ERR006358's rule), with
+// or without a PHY.
+func TestStrandedFrameLeavesOnTheNextTick(t *testing.T) {
+	for _, addrs := range [][]int{nil, {7}} { // the model's PHY, and none
+		r := fectest.NewRig(t, fectest.RigOptions{SoC: fec.IMX6UL,
+			Model:  func(o *fectest.Options) { o.AsyncTx = true },
+			Config: func(c *fec.Config) { c.Interrupts = true }})
+		f := make([]byte, 100)
+		f[0] = 2
+		copy(f[6:], []byte{2, 0, 0, 0, 0, 1})
+		f[12], f[13] = 0x88, 0xB5
+		if err := r.NIC.Transmit([][]byte{f}, fec.TxOptions{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		r.Model.StepTx() // A sent, its interrupt raised
+		r.Model.StepTx() // the uDMA closing, TDAR still set
+		if err := r.NIC.Transmit([][]byte{f}, fec.TxOptions{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r.NIC.Stats().Tx.KicksSkipped == 0 {
+			t.Fatal("the kick was not skipped: the test shows nothing")
+		}
+		for len(r.Model.IRQ()) > 0 {
+			<-r.Model.IRQ()
+			r.NIC.Interrupt()
+		}
+		for i := 0; i < 10; i++ {
+			r.Model.StepTx()
+		}
+		if got := r.Model.Stats().TxFrames; got != 1 || len(r.Model.IRQ()) != 0 {
+			t.Fatalf("before the watch: %d frames sent, %d interrupts pending: not stranded", got, len(r.Model.IRQ()))
+		}
+		stop := make(chan struct{})
+		if _, err := Start(r.NIC, Config{Name: "board: ENET1", Link: fec.LinkConfig{Addrs: addrs}, Poll: 5 * time.Millisecond}, stop); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Model.Stats().TxFrames < 2 && time.Now().Before(deadline) {
+			r.Model.StepTx()
+			time.Sleep(time.Millisecond)
+		}
+		close(stop)
+		if got := r.Model.Stats().TxFrames; got != 2 {
+			t.Errorf("PHY addresses %v: %d frames sent: the stranded frame never left (%+v)", addrs, got, r.NIC.Stats().Tx)
+		}
 	}
 }

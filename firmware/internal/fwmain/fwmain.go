@@ -1,14 +1,16 @@
 // Package fwmain is the firmware main the boards share: take the address
-// by DHCP or from the build (app.BuildNetConfig), bring up the board's ENET, the gVisor endpoint and
-// stack, the services of package app, and print the READY line. A
-// firmware's main only names its board (firmware/mx6ullevk,
-// firmware/sabrelite, firmware/usbarmory; firmware/mcimx7d, with its
-// second interface, still carries its own copy of this sequence).
+// by DHCP or from the build (app.BuildNetConfig), bring up the board's
+// ENET, the gVisor endpoint and stack, the services of package app, and
+// print the READY line. A firmware's main only names its board and its
+// hooks (firmware/mx6ullevk, firmware/sabrelite, firmware/usbarmory;
+// firmware/mcimx7d adds its PCIe interfaces through Init, Attach and
+// Stats).
 package fwmain
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"time"
@@ -17,11 +19,14 @@ import (
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/netstack/fecdev"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// Board is what differs between boards.
+// Board is what differs between boards. The hooks run in this order:
+// Init, ENET, Line, Attach; Stats whenever /stats is read.
 type Board struct {
-	// Init brings up what the board needs before the network (nil: none).
+	// Init brings up what the board needs before the network (nil: none),
+	// and may print what it found on the console.
 	Init func() error
 	// ENET returns the board's NIC, initialised and interrupt-driven,
 	// from cfg (whose OnTxDone is set).
@@ -31,10 +36,18 @@ type Board struct {
 	Nanotime   func() int64
 	Idle       func() int64
 	Interrupts func() (n, ns int64)
-	// Stats, when set, is added to /stats under nic.board, and Line, when
-	// set, printed on the console before READY.
-	Stats func() any
-	Line  func() string
+	// Line, when set, is printed on the console once the ENET is up.
+	Line func() string
+	// Attach, when set, runs once the stack serves the ENET (NIC 1) and
+	// before the ENET's services start: a board with more interfaces adds
+	// them to s (NIC 2 and up) with their own services; boot is the time
+	// Run started. An error halts the board: a board that can serve
+	// without an extra interface reports its error itself and returns nil.
+	Attach func(s *stack.Stack, boot time.Time) error
+	// Stats, when set, returns members added to the ENET's /stats
+	// document under nic (sabrelite: "board"; mcimx7d: "pcie", "e1000e",
+	// "connectx").
+	Stats func() map[string]any
 }
 
 // Settings are the firmware's build-time settings (the address is
@@ -54,35 +67,55 @@ func Run(b Board, s Settings) {
 			os.Exit(1)
 		}
 	}()
+	if _, err := start(b, s, boot, app.BuildNetConfig, os.Stdout); err != nil {
+		panic(err)
+	}
+	select {}
+}
+
+// running is what start brought up.
+type running struct {
+	ctl     app.Controls
+	network *app.Network
+}
+
+// start brings the board up to its READY line, which it prints on
+// console.
+func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig, error), console io.Writer) (*running, error) {
 	if b.Init != nil {
 		if err := b.Init(); err != nil {
-			panic(err)
+			return nil, fmt.Errorf("board init: %w", err)
 		}
 	}
-	netcfg, err := app.BuildNetConfig()
+	netcfg, err := netConfig()
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	var dev *fecdev.Device
 	n, err := b.ENET(fec.Config{OnTxDone: func(c any, err error) { dev.Done(c, err) }})
 	if err != nil {
-		panic(err)
+		return nil, fmt.Errorf("ENET: %w", err)
 	}
 	if b.Line != nil {
-		fmt.Println(b.Line())
+		fmt.Fprintln(console, b.Line())
 	}
 	dev = fecdev.New(n)
 	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true, Clock: b.Nanotime})
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	network, err := app.StartNetwork(ep, n.MAC(), netcfg, os.Stdout)
+	network, err := app.StartNetwork(ep, n.MAC(), netcfg, console)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	nc := &app.NICControls{NIC: n, EP: ep, Idle: b.Idle, Interrupts: b.Interrupts}
 	if err := nc.SetMode(s.Mode, nil); err != nil {
-		panic(err)
+		return nil, err
+	}
+	if b.Attach != nil {
+		if err := b.Attach(network.Stack, boot); err != nil {
+			return nil, err
+		}
 	}
 	var ctl app.Controls = nc
 	if b.Stats != nil {
@@ -90,27 +123,34 @@ func Run(b Board, s Settings) {
 	}
 	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
 	if err := srv.Start(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	tx, cb := nc.Mode()
 	m := n.MAC()
-	fmt.Printf("READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d\n",
+	fmt.Fprintf(console, "READY ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x mode=%s copybreak=%d boot_ns=%d\n",
 		network.Addr(), m[0], m[1], m[2], m[3], m[4], m[5], tx, cb, time.Since(boot).Nanoseconds())
-	select {}
+	return &running{ctl: ctl, network: network}, nil
 }
 
-// controls adds the board's state to the NIC's /stats document.
+// controls adds the board's members to the NIC's /stats document.
 type controls struct {
 	*app.NICControls
-	board func() any
+	board func() map[string]any
 }
 
-// Stats returns the NIC's members with "board" added.
+// Stats returns the NIC's members with the board's added.
 func (c controls) Stats() any {
 	m := map[string]any{}
-	if b, err := json.Marshal(c.NICControls.Stats()); err == nil {
-		_ = json.Unmarshal(b, &m)
+	b, err := json.Marshal(c.NICControls.Stats())
+	if err == nil {
+		err = json.Unmarshal(b, &m)
 	}
-	m["board"] = c.board()
+	if err != nil {
+		// Reported in the document rather than dropped.
+		m["stats_error"] = err.Error()
+	}
+	for k, v := range c.board() {
+		m[k] = v
+	}
 	return m
 }

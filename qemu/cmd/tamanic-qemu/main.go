@@ -1,9 +1,12 @@
 // Command tamanic-qemu builds the tamanic firmware and boots it under QEMU
-// (-board mx6ullevk on mcimx6ul-evk, -board mcimx7d on mcimx7d-sabre, user
-// networking forwarded to 127.0.0.1), printing the guest console and the
-// forwarded ports, until interrupted. -device adds QEMU devices; -e1000e
-// (mcimx7d) adds QEMU's e1000e behind the PCIe root port on its own user
-// network, which the firmware serves as its second interface.
+// with user networking forwarded to 127.0.0.1, printing the guest console
+// and the forwarded ports, until interrupted. The boards: -board mx6ullevk
+// (the default) on mcimx6ul-evk, -board usbarmory on mcimx6ul-evk with the
+// network on ENET2 (a second -nic), -board sabrelite on sabrelite (core 0,
+// console on UART2), -board mcimx7d on mcimx7d-sabre. -device adds QEMU
+// devices; -e1000e (mcimx7d) adds QEMU's e1000e behind the PCIe root port
+// on its own user network, which the firmware serves as its second
+// interface.
 package main
 
 import (
@@ -20,7 +23,7 @@ import (
 func main() {
 	icount := flag.Bool("icount", false, "run with -icount shift=0,sleep=off")
 	out := flag.String("o", "build", "directory for the firmware image")
-	board := flag.String("board", "mx6ullevk", "firmware board (mx6ullevk, mcimx7d)")
+	board := flag.String("board", "mx6ullevk", "firmware board: mx6ullevk, usbarmory, sabrelite or mcimx7d")
 	e1k := flag.Bool("e1000e", false, "mcimx7d: add an e1000e on its own user network (10.0.2.0/24)")
 	var devices []string
 	flag.Func("device", "extra QEMU -device (repeatable)", func(s string) error { devices = append(devices, s); return nil })

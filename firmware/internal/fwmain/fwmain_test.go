@@ -1,0 +1,105 @@
+package fwmain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/firmware/app"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+func static() (app.NetConfig, error) { return app.ParseNetConfig("10.0.0.1/24", "10.0.0.2", "") }
+
+// TestHooks runs the shared sequence on a NIC over the ENET model: the
+// hooks run in order (Init, ENET, Line, Attach, then READY), Attach gets
+// the stack already serving the ENET as NIC 1, and /stats has the NIC's
+// members and the board's.
+func TestHooks(t *testing.T) {
+	var order []string
+	var console bytes.Buffer
+	b := Board{
+		Init: func() error { order = append(order, "init"); return nil },
+		ENET: func(cfg fec.Config) (*fec.NIC, error) {
+			order = append(order, "enet")
+			r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.OnTxDone = cfg.OnTxDone }})
+			return r.NIC, nil
+		},
+		Nanotime:   func() int64 { return time.Now().UnixNano() },
+		Idle:       func() int64 { return 7 },
+		Interrupts: func() (int64, int64) { return 3, 4 },
+		Line:       func() string { order = append(order, "line"); return "BOARD test=1" },
+		Attach: func(s *stack.Stack, boot time.Time) error {
+			order = append(order, "attach")
+			if !s.HasNIC(1) {
+				t.Error("Attach: the stack has no NIC 1")
+			}
+			if strings.Contains(console.String(), "READY") {
+				t.Error("Attach ran after READY")
+			}
+			return nil
+		},
+		Stats: func() map[string]any { return map[string]any{"pcie": map[string]int{"devices": 2}} },
+	}
+	r, err := start(b, Settings{Mode: "sg"}, time.Now(), static, &console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ","); got != "init,enet,line,attach" {
+		t.Errorf("hooks ran %s, want init,enet,line,attach", got)
+	}
+	out := console.String()
+	if !strings.Contains(out, "BOARD test=1\n") || !strings.Contains(out, "READY ip=10.0.0.1/24 mac=02:00:00:00:00:01 mode=sg") {
+		t.Errorf("console:\n%s", out)
+	}
+	if got := r.network.Addr(); got != netip.MustParsePrefix("10.0.0.1/24") {
+		t.Errorf("address %v", got)
+	}
+	var doc map[string]any
+	j, err := json.Marshal(r.ctl.Stats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(j, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := doc["pcie"].(map[string]any); p["devices"] != 2.0 {
+		t.Errorf("/stats pcie = %v, want the board's member", doc["pcie"])
+	}
+	// The NIC's own members are still there (app.NICStats), with the
+	// board's interrupt counters.
+	if doc["irqs"] != 3.0 || doc["irq_ns"] != 4.0 || doc["driver"] == nil || doc["link"] == nil {
+		t.Errorf("/stats lost the NIC's members: %v", doc)
+	}
+}
+
+// TestHookErrors: an error from Init, ENET or Attach stops the start with
+// that error, before READY.
+func TestHookErrors(t *testing.T) {
+	boom := errors.New("boom")
+	enet := func(cfg fec.Config) (*fec.NIC, error) {
+		return fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.OnTxDone = cfg.OnTxDone }}).NIC, nil
+	}
+	for name, b := range map[string]Board{
+		"init":   {Init: func() error { return boom }, ENET: enet},
+		"enet":   {ENET: func(fec.Config) (*fec.NIC, error) { return nil, boom }},
+		"attach": {ENET: enet, Attach: func(*stack.Stack, time.Time) error { return boom }},
+	} {
+		b.Nanotime = func() int64 { return time.Now().UnixNano() }
+		b.Idle = func() int64 { return 0 }
+		b.Interrupts = func() (int64, int64) { return 0, 0 }
+		var console bytes.Buffer
+		if _, err := start(b, Settings{Mode: "tso"}, time.Now(), static, &console); !errors.Is(err, boom) {
+			t.Errorf("%s: err = %v, want boom", name, err)
+		}
+		if strings.Contains(console.String(), "READY") {
+			t.Errorf("%s: READY printed after an error", name)
+		}
+	}
+}
