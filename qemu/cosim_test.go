@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -330,4 +333,76 @@ func TestConnectXCosimModelLate(t *testing.T) {
 	if v := sim.Violations(); len(v) != 0 {
 		t.Fatalf("violations:\n%s", strings.Join(v, "\n"))
 	}
+}
+
+// TestCosimScriptArgs runs scripts/cosim.sh (make cosim) with stand-ins
+// for qemu-system-arm and tamanic-cxsim that record their arguments, and
+// checks its QEMU command line against the one Boot builds for the mcimx7d
+// board with CosimArgs: the same arguments in the same order, up to the
+// host port numbers and the shared files' directory. A script that drifts
+// from Boot (the ENET1 user network without dhcpstart=10.0.0.1, so slirp
+// leases 10.0.0.15 and the forwards to 10.0.0.1 reach nothing) fails here.
+func TestCosimScriptArgs(t *testing.T) {
+	bin := t.TempDir()
+	argsFile := filepath.Join(bin, "args")
+	fakeQEMU := "#!/bin/sh\nprintf '%s\\n' \"$@\" >\"" + argsFile + "\"\necho READY fake\nexec sleep 1\n"
+	fakeSim := "#!/bin/sh\necho CXSIM READY 127.0.0.1:1\nexec sleep 30\n"
+	for name, s := range map[string]string{"qemu-system-arm": fakeQEMU, "tamanic-cxsim": fakeSim} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	dir := t.TempDir()
+	m, err := Boot(context.Background(), Options{ELF: "FW.elf", Board: "mcimx7d", Args: CosimArgs(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	want := normalizeArgs(m.Args, dir)
+
+	root, _ := filepath.Abs("..")
+	cmd := exec.Command("sh", filepath.Join(root, "scripts", "cosim.sh"), "FW.elf", filepath.Join(bin, "tamanic-cxsim"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cosim.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatalf("cosim.sh did not start qemu-system-arm: %v\n%s", err, out)
+	}
+	got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	// The script's shared files are in a directory it made: find it from
+	// its guest RAM file.
+	sdir := ""
+	for _, a := range got {
+		if i := strings.Index(a, "mem-path="); i >= 0 && strings.HasSuffix(a, "/ram,share=on") {
+			sdir = filepath.Dir(strings.TrimSuffix(a[i+len("mem-path="):], ",share=on"))
+		}
+	}
+	if sdir == "" {
+		t.Fatalf("cosim.sh's QEMU has no guest RAM file: %q", got)
+	}
+	if _, err := os.Stat(sdir); err == nil {
+		t.Errorf("cosim.sh left its directory %s behind", sdir)
+	}
+	if g := normalizeArgs(got, sdir); !slices.Equal(g, want) {
+		t.Errorf("cosim.sh's QEMU arguments differ from Boot's:\n got %q\nwant %q", g, want)
+	}
+	if !strings.Contains(string(out), "curl http://127.0.0.1:8080/stats") {
+		t.Errorf("cosim.sh does not print the /stats address:\n%s", out)
+	}
+}
+
+// normalizeArgs replaces the host port numbers of hostfwd forwards and the
+// shared files' directory dir in a QEMU command line.
+func normalizeArgs(args []string, dir string) []string {
+	port := regexp.MustCompile(`127\.0\.0\.1:[0-9]+-`)
+	var n []string
+	for _, a := range args {
+		a = port.ReplaceAllString(a, "127.0.0.1:PORT-")
+		n = append(n, strings.ReplaceAll(a, dir, "DIR"))
+	}
+	return n
 }
