@@ -27,6 +27,11 @@
 // counted; a frame whose length is not that of an Ethernet frame is
 // counted as malformed and the connection, whose framing is lost, closed.
 //
+// A send doorbell whose first word is seen beside a stale second word is
+// taken when its second word lands, however late (the guest may be
+// descheduled between its two stores); one never completed is a
+// violation when the next doorbell shows it, or at exit.
+//
 // Output: "CXSIM READY <addr>" once listening, "CXSIM VIOLATION <what>"
 // for each rule the driver breaks, "CXSIM PEER ..." as peers come and go,
 // and "CXSIM STATS <json>" on SIGTERM or SIGINT, after which it exits 0.
@@ -285,6 +290,9 @@ func run() error {
 	for {
 		select {
 		case <-sig:
+			// The driver is stopped or gone: a send doorbell still
+			// waiting for its second word never got it.
+			sh.Finish()
 			st := struct {
 				Model connectxtest.Stats `json:"model"`
 				Sim   Counters           `json:"sim"`
