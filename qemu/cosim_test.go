@@ -406,3 +406,30 @@ func normalizeArgs(args []string, dir string) []string {
 	}
 	return n
 }
+
+// TestMakefileCXIP: make firmware passes CX_IP to the firmware's CXIP
+// (the ConnectX interface's address, issue 20), as it passes IP and
+// GATEWAY to ENET1's, and passes nothing without it (the firmware's
+// default 10.0.3.1/24 stands).
+func TestMakefileCXIP(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	root, _ := filepath.Abs("..")
+	for _, c := range []struct{ arg, want string }{
+		{"CX_IP=10.0.9.1/24", "-X main.CXIP=10.0.9.1/24"},
+		{"IP=10.0.0.1/24", ""},
+	} {
+		cmd := exec.Command("make", "-n", "-C", root, "firmware", "BOARD=mcimx7d", c.arg)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n firmware %s: %v\n%s", c.arg, err, out)
+		}
+		if c.want != "" && !strings.Contains(string(out), c.want) {
+			t.Errorf("make firmware %s: no %q in\n%s", c.arg, c.want, out)
+		}
+		if c.want == "" && strings.Contains(string(out), "main.CXIP") {
+			t.Errorf("make firmware %s sets CXIP:\n%s", c.arg, out)
+		}
+	}
+}
