@@ -278,6 +278,20 @@ func (n *NIC) givePages(want int) error {
 	return nil
 }
 
+// cantGive answers a page request for function fn that the driver
+// refused: MANAGE_PAGES op_mod "cannot give" (MLX5_PAGES_CANT_GIVE), no
+// page list, as Linux's page_notify_fail sends it, so the firmware stops
+// waiting for the pages.
+func (n *NIC) cantGive(fn uint16) {
+	in := newIn(OpManagePages, ManagePagesCantGive, 0x10)
+	binary.BigEndian.PutUint16(in[0x0A:], fn)
+	if _, err := n.exec(in, 0x10); err != nil {
+		n.stats.PageCantGiveFailed++
+		return
+	}
+	n.stats.PageCantGive++
+}
+
 func (n *NIC) freePages(bufs []dma.Buffer) {
 	for i := range bufs {
 		n.mem.SyncForCPU(&bufs[i], 0, bufs[i].Len(), dma.Bidirectional)

@@ -88,8 +88,12 @@ type Stats struct {
 	TxPackets, TxLSO, TxBytes, TxErrors, TxRingFull, TxBadPacket uint64
 	RxPackets, RxBytes, RxErrors, RxCsumOK                       uint64
 	PagesGiven, PagesReturned, PageRequests, PageRefused         uint64
-	Events, PortChanges, CQErrors, SQRecoveries                  uint64
-	Commands                                                     int
+	// PageCantGive counts the run-time page requests answered "cannot
+	// give" (MANAGE_PAGES op_mod 0); PageCantGiveFailed those answers the
+	// card refused.
+	PageCantGive, PageCantGiveFailed            uint64
+	Events, PortChanges, CQErrors, SQRecoveries uint64
+	Commands                                    int
 }
 
 // Caps are the capabilities read from the card.
