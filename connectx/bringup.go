@@ -464,6 +464,11 @@ func (n *NIC) createQueues() error {
 	if n.obj.uar, err = n.create("ALLOC_UAR", newIn(OpAllocUAR, 0, 0x10), OpDeallocUAR); err != nil {
 		return err
 	}
+	// Every doorbell is a store to this page: one beyond the mapping
+	// would be dropped (the card never rung) or reach another device.
+	if end := (uint64(n.obj.uar) + 1) * UARPageSize; n.cfg.BAR0Size != 0 && end > uint64(n.cfg.BAR0Size) {
+		return fmt.Errorf("%w: UAR %d at BAR0 %#x..%#x, %#x bytes mapped", ErrUARUnmapped, n.obj.uar, end-UARPageSize, end, n.cfg.BAR0Size)
+	}
 	if n.dbr, err = n.ring("doorbell records", PageSize, 0); err != nil {
 		return err
 	}

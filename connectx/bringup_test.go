@@ -209,3 +209,45 @@ func TestRealisticPageCount(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// sizedBAR is a BAR0 mapping that reports its length, as pcie.Window does.
+type sizedBAR struct {
+	*connectxtest.Model
+	size uint32
+}
+
+func (b sizedBAR) Size() uint32 { return b.size }
+
+// TestUAROutsideMapping: a UAR page beyond the part of BAR0 the driver can
+// reach (the model hands out page 1, at 0x1000..0x2000) fails bring-up
+// with ErrUARUnmapped and leaves nothing behind, whether the mapping's
+// length is configured or reported by the BAR (pcie.Window drops stores
+// beyond it: the card would never be rung). A mapping holding the page
+// brings the card up.
+func TestUAROutsideMapping(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  func(*connectx.Config)
+		ok   bool
+	}{
+		{"Config.BAR0Size", func(c *connectx.Config) { c.BAR0Size = 0x1000 }, false},
+		{"BAR0.Size", func(c *connectx.Config) { c.BAR0 = sizedBAR{c.BAR0.(*connectxtest.Model), 0x1800} }, false},
+		{"holds the page", func(c *connectx.Config) { c.BAR0 = sizedBAR{c.BAR0.(*connectxtest.Model), 0x2000} }, true},
+	} {
+		n, err, m, mem := open(t, nil, connectxtest.Faults{}, c.cfg)
+		if c.ok {
+			if err != nil {
+				t.Fatalf("%s: Open: %v", c.name, err)
+			}
+			if err := n.Close(); err != nil {
+				t.Fatalf("%s: Close: %v", c.name, err)
+			}
+			clean(t, m, mem)
+			continue
+		}
+		if n != nil || !errors.Is(err, connectx.ErrUARUnmapped) || !strings.Contains(err.Error(), "UAR 1 at BAR0 0x1000..0x2000") {
+			t.Fatalf("%s: Open: %v", c.name, err)
+		}
+		clean(t, m, mem)
+	}
+}
