@@ -238,7 +238,10 @@ func (n *NIC) satisfyPages(stage uint16) error {
 	if want <= 0 {
 		return nil // nothing needed (CX7 firmware may report a negative count here)
 	}
-	return n.givePages(int(want))
+	if err := n.givePages(int(want)); err != nil {
+		return fmt.Errorf("connectx: %s pages (stage %d): %w", [4]string{"", "boot", "init", "regular"}[min(stage, 3)], stage, err)
+	}
+	return nil
 }
 
 // pagesPerCmd bounds the page addresses in one MANAGE_PAGES (8 bytes each
@@ -250,6 +253,7 @@ func (n *NIC) givePages(want int) error {
 		n.stats.PageRefused++
 		return fmt.Errorf("connectx: firmware wants %d more pages, %d held, limit %d: %w", want, len(n.pages), n.cfg.MaxPages, ErrNoPages)
 	}
+	total, given := want, 0
 	for want > 0 {
 		k := min(want, pagesPerCmd)
 		in := newIn(OpManagePages, ManagePagesGive, 0x10+8*k)
@@ -259,7 +263,7 @@ func (n *NIC) givePages(want int) error {
 			b, err := n.mem.Alloc(PageSize, PageSize, dma.Cached)
 			if err != nil {
 				n.freePages(bufs)
-				return fmt.Errorf("connectx: firmware page %d of %d: %w", i, k, err)
+				return fmt.Errorf("connectx: firmware page %d of %d wanted: DMA memory: %w", given+i+1, total, err)
 			}
 			bufs = append(bufs, b)
 			n.mem.SyncForDevice(&bufs[i], 0, b.Len(), dma.Bidirectional)
@@ -274,6 +278,7 @@ func (n *NIC) givePages(want int) error {
 		}
 		n.stats.PagesGiven += uint64(k)
 		want -= k
+		given += k
 	}
 	return nil
 }

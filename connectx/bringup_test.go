@@ -251,3 +251,21 @@ func TestUAROutsideMapping(t *testing.T) {
 		clean(t, m, mem)
 	}
 }
+
+// TestPagesBeyondDMARegion: a card asking for more firmware pages than the
+// DMA region holds (a ConnectX-4's 12,868 init pages, about 50 MiB, from a
+// 4 MiB region here; the i.MX7D firmware's region is 32 MiB) fails
+// bring-up with an error naming the page that could not be allocated,
+// promptly (no wait on the card), and leaves nothing behind. This is what
+// the co-simulation shows with tamanic-cxsim -init-pages 12868.
+func TestPagesBeyondDMARegion(t *testing.T) {
+	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 1 << 20, CachedSize: 4 << 20, NoTrace: true}), live: map[dma.Addr]int{}}
+	m := connectxtest.New(connectxtest.Options{Mem: mem.Memory, BootPages: 6, InitPages: 12868})
+	n, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem,
+		FirmwareTimeout: 20 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
+	if n != nil || err == nil || !strings.Contains(err.Error(), "init pages (stage 2): connectx: firmware page 1019 of 12868 wanted: DMA memory:") || errors.Is(err, connectx.ErrTimeout) {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Logf("Open: %v", err)
+	clean(t, m, mem)
+}

@@ -5,7 +5,8 @@
 # directory shared by both processes. Ctrl-C (or QEMU exiting) stops both.
 # CXPORT: the model's wire (default 7700); HTTPPORT, SINKPORT, SOURCEPORT,
 # ECHOPORT, IPERFPORT: host ports forwarded to ENET1's services (defaults
-# 8080, 5001, 5002, 5007 UDP, 5201 TCP and UDP).
+# 8080, 5001, 5002, 5007 UDP, 5201 TCP and UDP). CXSIMFLAGS: further
+# tamanic-cxsim flags (e.g. -init-pages 12868).
 # The QEMU arguments are laid out as qemu.Boot lays them out for the
 # mcimx7d board with qemu.CosimArgs (ENET1 on a user network whose DHCP
 # server leases 10.0.0.1, the address the forwards reach);
@@ -38,7 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$CXSIM" -ram "$DIR/ram" -ram-base 0x80000000 -bar "$DIR/bar" -listen "127.0.0.1:$CXPORT" >"$DIR/cxsim.log" 2>&1 &
+"$CXSIM" -ram "$DIR/ram" -ram-base 0x80000000 -bar "$DIR/bar" -listen "127.0.0.1:$CXPORT" ${CXSIMFLAGS:-} >"$DIR/cxsim.log" 2>&1 &
 CXPID=$!
 i=0
 until grep -q '^CXSIM READY' "$DIR/cxsim.log"; do
