@@ -232,7 +232,8 @@ func TestConnectXCosim(t *testing.T) {
 
 // TestConnectXCosimModelKilled: the model process dies in the middle of a
 // transfer. The firmware keeps running: /stats shows the ConnectX down
-// (health counter stalled) and ENET1 still serves.
+// (health counter stalled, link down) and the segments the guest's source
+// connection sent into the dead card as held; ENET1 still serves.
 func TestConnectXCosimModelKilled(t *testing.T) {
 	m, sim, peer := cosim(t)
 	cx := peer.Ports(CXGuest)
@@ -263,6 +264,15 @@ func TestConnectXCosimModelKilled(t *testing.T) {
 	}
 	if _, err := m.Receive(4<<20, time.Minute); err != nil {
 		t.Fatalf("ENET1 after the model died: %v", err)
+	}
+	// The guest's side of the connection that was sending: its segments
+	// (the retransmissions included) went to the dead card, which never
+	// completes them; /stats reports them held for DMA. The connection
+	// itself ends at the firmware's idle timeout (60 s, app.DefaultLimits),
+	// counted in the ConnectX interface's own /stats, unreachable now.
+	c = cxStats(t, &m.Ports)
+	if held := num(c, "endpoint", "TxHeld"); held < 1 {
+		t.Fatalf("no send held by the dead card: nic.connectx %v", c)
 	}
 }
 
