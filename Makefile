@@ -62,7 +62,7 @@ GATEWAY       ?=
 DHCP          ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
-  $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))
+  $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))$(if $(CX_IP), -X main.CXIP=$(CX_IP))
 ## TEE=1 (BOARD=mx6ullevk only) builds the TrustZone-partitioned image instead: the Normal World OS
 ## (firmware/mx6ullevk-tee/normal, HOSTILE=1 adds the hostile-call mode) embedded in the Trusted OS
 ## (firmware/mx6ullevk-tee): build/tamanic-mx6ullevk-tee.elf, .bin and .imx (its DCD disables TZASC bypass).

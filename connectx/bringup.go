@@ -238,7 +238,10 @@ func (n *NIC) satisfyPages(stage uint16) error {
 	if want <= 0 {
 		return nil // nothing needed (CX7 firmware may report a negative count here)
 	}
-	return n.givePages(int(want))
+	if err := n.givePages(int(want)); err != nil {
+		return fmt.Errorf("connectx: %s pages (stage %d): %w", [4]string{"", "boot", "init", "regular"}[min(stage, 3)], stage, err)
+	}
+	return nil
 }
 
 // pagesPerCmd bounds the page addresses in one MANAGE_PAGES (8 bytes each
@@ -250,6 +253,7 @@ func (n *NIC) givePages(want int) error {
 		n.stats.PageRefused++
 		return fmt.Errorf("connectx: firmware wants %d more pages, %d held, limit %d: %w", want, len(n.pages), n.cfg.MaxPages, ErrNoPages)
 	}
+	total, given := want, 0
 	for want > 0 {
 		k := min(want, pagesPerCmd)
 		in := newIn(OpManagePages, ManagePagesGive, 0x10+8*k)
@@ -259,7 +263,7 @@ func (n *NIC) givePages(want int) error {
 			b, err := n.mem.Alloc(PageSize, PageSize, dma.Cached)
 			if err != nil {
 				n.freePages(bufs)
-				return fmt.Errorf("connectx: firmware page %d of %d: %w", i, k, err)
+				return fmt.Errorf("connectx: firmware page %d of %d wanted: DMA memory: %w", given+i+1, total, err)
 			}
 			bufs = append(bufs, b)
 			n.mem.SyncForDevice(&bufs[i], 0, b.Len(), dma.Bidirectional)
@@ -274,8 +278,23 @@ func (n *NIC) givePages(want int) error {
 		}
 		n.stats.PagesGiven += uint64(k)
 		want -= k
+		given += k
 	}
 	return nil
+}
+
+// cantGive answers a page request for function fn that the driver
+// refused: MANAGE_PAGES op_mod "cannot give" (MLX5_PAGES_CANT_GIVE), no
+// page list, as Linux's page_notify_fail sends it, so the firmware stops
+// waiting for the pages.
+func (n *NIC) cantGive(fn uint16) {
+	in := newIn(OpManagePages, ManagePagesCantGive, 0x10)
+	binary.BigEndian.PutUint16(in[0x0A:], fn)
+	if _, err := n.exec(in, 0x10); err != nil {
+		n.stats.PageCantGiveFailed++
+		return
+	}
+	n.stats.PageCantGive++
 }
 
 func (n *NIC) freePages(bufs []dma.Buffer) {
@@ -449,6 +468,11 @@ func (n *NIC) createQueues() error {
 	var err error
 	if n.obj.uar, err = n.create("ALLOC_UAR", newIn(OpAllocUAR, 0, 0x10), OpDeallocUAR); err != nil {
 		return err
+	}
+	// Every doorbell is a store to this page: one beyond the mapping
+	// would be dropped (the card never rung) or reach another device.
+	if end := (uint64(n.obj.uar) + 1) * UARPageSize; n.cfg.BAR0Size != 0 && end > uint64(n.cfg.BAR0Size) {
+		return fmt.Errorf("%w: UAR %d at BAR0 %#x..%#x, %#x bytes mapped", ErrUARUnmapped, n.obj.uar, end-UARPageSize, end, n.cfg.BAR0Size)
 	}
 	if n.dbr, err = n.ring("doorbell records", PageSize, 0); err != nil {
 		return err

@@ -209,3 +209,63 @@ func TestRealisticPageCount(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// sizedBAR is a BAR0 mapping that reports its length, as pcie.Window does.
+type sizedBAR struct {
+	*connectxtest.Model
+	size uint32
+}
+
+func (b sizedBAR) Size() uint32 { return b.size }
+
+// TestUAROutsideMapping: a UAR page beyond the part of BAR0 the driver can
+// reach (the model hands out page 1, at 0x1000..0x2000) fails bring-up
+// with ErrUARUnmapped and leaves nothing behind, whether the mapping's
+// length is configured or reported by the BAR (pcie.Window drops stores
+// beyond it: the card would never be rung). A mapping holding the page
+// brings the card up.
+func TestUAROutsideMapping(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  func(*connectx.Config)
+		ok   bool
+	}{
+		{"Config.BAR0Size", func(c *connectx.Config) { c.BAR0Size = 0x1000 }, false},
+		{"BAR0.Size", func(c *connectx.Config) { c.BAR0 = sizedBAR{c.BAR0.(*connectxtest.Model), 0x1800} }, false},
+		{"holds the page", func(c *connectx.Config) { c.BAR0 = sizedBAR{c.BAR0.(*connectxtest.Model), 0x2000} }, true},
+	} {
+		n, err, m, mem := open(t, nil, connectxtest.Faults{}, c.cfg)
+		if c.ok {
+			if err != nil {
+				t.Fatalf("%s: Open: %v", c.name, err)
+			}
+			if err := n.Close(); err != nil {
+				t.Fatalf("%s: Close: %v", c.name, err)
+			}
+			clean(t, m, mem)
+			continue
+		}
+		if n != nil || !errors.Is(err, connectx.ErrUARUnmapped) || !strings.Contains(err.Error(), "UAR 1 at BAR0 0x1000..0x2000") {
+			t.Fatalf("%s: Open: %v", c.name, err)
+		}
+		clean(t, m, mem)
+	}
+}
+
+// TestPagesBeyondDMARegion: a card asking for more firmware pages than the
+// DMA region holds (a ConnectX-4's 12,868 init pages, about 50 MiB, from a
+// 4 MiB region here; the i.MX7D firmware's region is 32 MiB) fails
+// bring-up with an error naming the page that could not be allocated,
+// promptly (no wait on the card), and leaves nothing behind. This is what
+// the co-simulation shows with tamanic-cxsim -init-pages 12868.
+func TestPagesBeyondDMARegion(t *testing.T) {
+	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 1 << 20, CachedSize: 4 << 20, NoTrace: true}), live: map[dma.Addr]int{}}
+	m := connectxtest.New(connectxtest.Options{Mem: mem.Memory, BootPages: 6, InitPages: 12868})
+	n, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem,
+		FirmwareTimeout: 20 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
+	if n != nil || err == nil || !strings.Contains(err.Error(), "init pages (stage 2): connectx: firmware page 1019 of 12868 wanted: DMA memory:") || errors.Is(err, connectx.ErrTimeout) {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Logf("Open: %v", err)
+	clean(t, m, mem)
+}

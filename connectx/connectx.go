@@ -55,6 +55,7 @@ var (
 	ErrRxError     = errors.New("connectx: the card reported a receive error")
 	ErrNoPages     = errors.New("connectx: firmware page request refused")
 	ErrCQError     = errors.New("connectx: completion queue failed")
+	ErrUARUnmapped = errors.New("connectx: UAR page outside the BAR0 mapping")
 )
 
 // Config describes one function.
@@ -81,6 +82,12 @@ type Config struct {
 	MaxPages int
 	// Sleep is called between polls of the card (default runtime.Gosched).
 	Sleep func()
+	// BAR0Size is how many bytes of BAR0 the driver can reach (a root
+	// complex may map only part of the 32 MiB BAR: 1 MiB on the i.MX7D,
+	// and a store beyond a pcie.Window is dropped). 0: BAR0's Size method
+	// when it has one (pcie.Window does), else unchecked. The UAR page the
+	// card allocates must lie within it.
+	BAR0Size uint32
 }
 
 // Stats are the driver's counters.
@@ -88,8 +95,12 @@ type Stats struct {
 	TxPackets, TxLSO, TxBytes, TxErrors, TxRingFull, TxBadPacket uint64
 	RxPackets, RxBytes, RxErrors, RxCsumOK                       uint64
 	PagesGiven, PagesReturned, PageRequests, PageRefused         uint64
-	Events, PortChanges, CQErrors, SQRecoveries                  uint64
-	Commands                                                     int
+	// PageCantGive counts the run-time page requests answered "cannot
+	// give" (MANAGE_PAGES op_mod 0); PageCantGiveFailed those answers the
+	// card refused.
+	PageCantGive, PageCantGiveFailed            uint64
+	Events, PortChanges, CQErrors, SQRecoveries uint64
+	Commands                                    int
 }
 
 // Caps are the capabilities read from the card.
@@ -147,6 +158,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Sleep == nil {
 		c.Sleep = runtime.Gosched
+	}
+	if s, ok := c.BAR0.(interface{ Size() uint32 }); ok && c.BAR0Size == 0 {
+		c.BAR0Size = s.Size()
 	}
 	return nil
 }

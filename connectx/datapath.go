@@ -424,9 +424,14 @@ func (n *NIC) pollEQ() {
 		switch ev.Type {
 		case EventPageRequest:
 			n.stats.PageRequests++
-			_, num := ev.PageRequest()
+			fn, num := ev.PageRequest()
 			if num > 0 {
-				_ = n.givePages(int(num)) // refusal counted in PageRefused
+				if err := n.givePages(int(num)); err != nil {
+					if !errors.Is(err, ErrNoPages) {
+						n.stats.PageRefused++ // ErrNoPages is counted by givePages
+					}
+					n.cantGive(fn)
+				}
 			} else if num < 0 {
 				_, _ = n.takePages(int(-num))
 			}

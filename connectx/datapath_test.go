@@ -262,6 +262,34 @@ func TestPageRequestsAndLink(t *testing.T) {
 	}
 }
 
+// TestPageRequestCantGive: a run-time page request beyond MaxPages is
+// refused and answered MANAGE_PAGES "cannot give" (op_mod 0, as Linux's
+// page_notify_fail), which the model records; the firmware then makes do
+// with what it holds, and a later request within the limit is served.
+func TestPageRequestCantGive(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.MaxPages = 30 }})
+	r.Model.RequestPages(100)
+	r.NIC.Poll()
+	s := r.NIC.Stats()
+	if s.PageRequests != 1 || s.PageRefused != 1 || s.PageCantGive != 1 || s.PageCantGiveFailed != 0 {
+		t.Fatalf("driver stats %+v", s)
+	}
+	if ms := r.Model.Stats(); ms.PagesCantGive != 1 {
+		t.Fatalf("model recorded %d cannot-give answers", ms.PagesCantGive)
+	}
+	if st := r.Model.State(); st.Pages != 20 {
+		t.Fatalf("pages %d after a refused request", st.Pages)
+	}
+	r.Model.RequestPages(5)
+	r.NIC.Poll()
+	if st, s := r.Model.State(), r.NIC.Stats(); st.Pages != 25 || s.PageCantGive != 1 {
+		t.Fatalf("pages %d, stats %+v after a request for 5", st.Pages, s)
+	}
+	if v := r.Model.Violations(); len(v) != 0 {
+		t.Fatalf("violations %q", v)
+	}
+}
+
 func TestReceiveOutOfBuffers(t *testing.T) {
 	a, b, _ := pairRigs(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.RxRing = 16 }})
 	for i := 0; i < 20; i++ {

@@ -102,8 +102,12 @@ const (
 	PagesInit    = 2
 	PagesRegular = 3
 
-	ManagePagesGive = 1
-	ManagePagesTake = 2
+	// ManagePagesCantGive (MLX5_PAGES_CANT_GIVE) answers a page request
+	// the driver cannot satisfy, so the firmware stops waiting for the
+	// pages (Linux pagealloc.c page_notify_fail).
+	ManagePagesCantGive = 0
+	ManagePagesGive     = 1
+	ManagePagesTake     = 2
 )
 
 // Queue states (MLX5_SQC_STATE_*, MLX5_RQC_STATE_*).

@@ -145,14 +145,17 @@ func runPair(t *testing.T, a, b *host, lso, lossyWire bool, ra *connectxtest.Rig
 	if lso && ra.NIC.Stats().TxLSO == 0 {
 		t.Error("no LSO send")
 	}
+	if !lso && ra.NIC.Stats().TxLSO != 0 {
+		t.Errorf("%d LSO sends with LSO off", ra.NIC.Stats().TxLSO)
+	}
 }
 
 // stackCases are the configurations both stack tests run: LSO on and off,
-// and LSO over a lossy, reordering wire.
+// each over a clean wire and a lossy, reordering one.
 var stackCases = []struct {
 	name       string
 	lso, lossy bool
-}{{"lso", true, false}, {"nolso", false, false}, {"lso-lossy", true, true}}
+}{{"lso", true, false}, {"nolso", false, false}, {"lso-lossy", true, true}, {"nolso-lossy", false, true}}
 
 // TestStackConnectXToConnectX moves data both ways between two stacks on
 // ConnectX models.

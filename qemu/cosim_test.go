@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,7 +232,8 @@ func TestConnectXCosim(t *testing.T) {
 
 // TestConnectXCosimModelKilled: the model process dies in the middle of a
 // transfer. The firmware keeps running: /stats shows the ConnectX down
-// (health counter stalled) and ENET1 still serves.
+// (health counter stalled, link down) and the segments the guest's source
+// connection sent into the dead card as held; ENET1 still serves.
 func TestConnectXCosimModelKilled(t *testing.T) {
 	m, sim, peer := cosim(t)
 	cx := peer.Ports(CXGuest)
@@ -260,6 +264,15 @@ func TestConnectXCosimModelKilled(t *testing.T) {
 	}
 	if _, err := m.Receive(4<<20, time.Minute); err != nil {
 		t.Fatalf("ENET1 after the model died: %v", err)
+	}
+	// The guest's side of the connection that was sending: its segments
+	// (the retransmissions included) went to the dead card, which never
+	// completes them; /stats reports them held for DMA. The connection
+	// itself ends at the firmware's idle timeout (60 s, app.DefaultLimits),
+	// counted in the ConnectX interface's own /stats, unreachable now.
+	c = cxStats(t, &m.Ports)
+	if held := num(c, "endpoint", "TxHeld"); held < 1 {
+		t.Fatalf("no send held by the dead card: nic.connectx %v", c)
 	}
 }
 
@@ -329,5 +342,104 @@ func TestConnectXCosimModelLate(t *testing.T) {
 	}
 	if v := sim.Violations(); len(v) != 0 {
 		t.Fatalf("violations:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// TestCosimScriptArgs runs scripts/cosim.sh (make cosim) with stand-ins
+// for qemu-system-arm and tamanic-cxsim that record their arguments, and
+// checks its QEMU command line against the one Boot builds for the mcimx7d
+// board with CosimArgs: the same arguments in the same order, up to the
+// host port numbers and the shared files' directory. A script that drifts
+// from Boot (the ENET1 user network without dhcpstart=10.0.0.1, so slirp
+// leases 10.0.0.15 and the forwards to 10.0.0.1 reach nothing) fails here.
+func TestCosimScriptArgs(t *testing.T) {
+	bin := t.TempDir()
+	argsFile := filepath.Join(bin, "args")
+	fakeQEMU := "#!/bin/sh\nprintf '%s\\n' \"$@\" >\"" + argsFile + "\"\necho READY fake\nexec sleep 1\n"
+	fakeSim := "#!/bin/sh\necho CXSIM READY 127.0.0.1:1\nexec sleep 30\n"
+	for name, s := range map[string]string{"qemu-system-arm": fakeQEMU, "tamanic-cxsim": fakeSim} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	dir := t.TempDir()
+	m, err := Boot(context.Background(), Options{ELF: "FW.elf", Board: "mcimx7d", Args: CosimArgs(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	want := normalizeArgs(m.Args, dir)
+
+	root, _ := filepath.Abs("..")
+	cmd := exec.Command("sh", filepath.Join(root, "scripts", "cosim.sh"), "FW.elf", filepath.Join(bin, "tamanic-cxsim"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cosim.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatalf("cosim.sh did not start qemu-system-arm: %v\n%s", err, out)
+	}
+	got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	// The script's shared files are in a directory it made: find it from
+	// its guest RAM file.
+	sdir := ""
+	for _, a := range got {
+		if i := strings.Index(a, "mem-path="); i >= 0 && strings.HasSuffix(a, "/ram,share=on") {
+			sdir = filepath.Dir(strings.TrimSuffix(a[i+len("mem-path="):], ",share=on"))
+		}
+	}
+	if sdir == "" {
+		t.Fatalf("cosim.sh's QEMU has no guest RAM file: %q", got)
+	}
+	if _, err := os.Stat(sdir); err == nil {
+		t.Errorf("cosim.sh left its directory %s behind", sdir)
+	}
+	if g := normalizeArgs(got, sdir); !slices.Equal(g, want) {
+		t.Errorf("cosim.sh's QEMU arguments differ from Boot's:\n got %q\nwant %q", g, want)
+	}
+	if !strings.Contains(string(out), "curl http://127.0.0.1:8080/stats") {
+		t.Errorf("cosim.sh does not print the /stats address:\n%s", out)
+	}
+}
+
+// normalizeArgs replaces the host port numbers of hostfwd forwards and the
+// shared files' directory dir in a QEMU command line.
+func normalizeArgs(args []string, dir string) []string {
+	port := regexp.MustCompile(`127\.0\.0\.1:[0-9]+-`)
+	var n []string
+	for _, a := range args {
+		a = port.ReplaceAllString(a, "127.0.0.1:PORT-")
+		n = append(n, strings.ReplaceAll(a, dir, "DIR"))
+	}
+	return n
+}
+
+// TestMakefileCXIP: make firmware passes CX_IP to the firmware's CXIP
+// (the ConnectX interface's address, issue 20), as it passes IP and
+// GATEWAY to ENET1's, and passes nothing without it (the firmware's
+// default 10.0.3.1/24 stands).
+func TestMakefileCXIP(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	root, _ := filepath.Abs("..")
+	for _, c := range []struct{ arg, want string }{
+		{"CX_IP=10.0.9.1/24", "-X main.CXIP=10.0.9.1/24"},
+		{"IP=10.0.0.1/24", ""},
+	} {
+		cmd := exec.Command("make", "-n", "-C", root, "firmware", "BOARD=mcimx7d", c.arg)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n firmware %s: %v\n%s", c.arg, err, out)
+		}
+		if c.want != "" && !strings.Contains(string(out), c.want) {
+			t.Errorf("make firmware %s: no %q in\n%s", c.arg, c.want, out)
+		}
+		if c.want == "" && strings.Contains(string(out), "main.CXIP") {
+			t.Errorf("make firmware %s sets CXIP:\n%s", c.arg, out)
+		}
 	}
 }

@@ -300,6 +300,17 @@ func (m *Model) execute(op, opmod uint16, in, out []byte) (uint8, uint32) {
 func (m *Model) managePages(opmod uint16, in, out []byte) (uint8, uint32) {
 	n := int(u32(in, 0x0C))
 	switch opmod {
+	case 0:
+		// MLX5_PAGES_CANT_GIVE: the driver will not give the pages a
+		// request asked for (Linux page_notify_fail: function_id set, no
+		// page list). This model is function 0; the firmware makes do with
+		// what it holds.
+		if fn := binary.BigEndian.Uint16(in[0x0A:]); fn != 0 {
+			return stBadParam, uint32(fn)
+		}
+		m.need = min(m.need, len(m.pages))
+		m.stats.PagesCantGive++
+		return stOK, 0
 	case 1:
 		if len(in) < 0x10+8*n {
 			return stBadInLen, uint32(n)

@@ -89,6 +89,9 @@ type Stats struct {
 	RxFrames, RxNoBuffer, RxNoSteering, RxErrors      int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
+	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
+	// 0) to page requests.
+	PagesCantGive int
 }
 
 // Command statuses (device.h MLX5_CMD_STAT_*), delivery statuses (cmd.c).

@@ -161,6 +161,7 @@ func TestCommandStatuses(t *testing.T) {
 		{"bad page stage", in(connectx.OpQueryPages, 7, 16), 16, connectx.StatBadParam},
 		{"ISSI 9", func() []byte { b := in(connectx.OpSetISSI, 0, 16); b[11] = 9; return b }(), 16, connectx.StatBadParam},
 		{"bad MANAGE_PAGES op_mod", in(connectx.OpManagePages, 5, 16), 16, connectx.StatBadParam},
+		{"cannot give for another function", func() []byte { b := in(connectx.OpManagePages, connectx.ManagePagesCantGive, 16); b[11] = 3; return b }(), 16, connectx.StatBadParam},
 		{"teardown before init", in(connectx.OpTeardownHCA, 0, 16), 16, connectx.StatBadSysState},
 	} {
 		if s := st(c.in, c.outLen); s != uint8(c.want) {

@@ -3,9 +3,7 @@ package connectxtest
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/dma"
@@ -101,6 +99,15 @@ var published = []uint32{0x000, 0x004, 0x010, 0x014, 0x1FC, 0x1010}
 // Entries it writes (CQEs, EQEs, the command status) are written body
 // first, the ownership word last in one atomic store.
 //
+// Send doorbells: a poll may fall between the driver's two 32-bit stores
+// (the guest descheduled there, for as long as the host pleases) and see
+// the new first word beside the previous second word. Such a doorbell is
+// not judged then: it is taken on the poll that sees its second word
+// (changed, or the posted WQE's own), however late, as a card acts on the
+// store that reaches it. One whose second word never comes is a violation
+// when the next doorbell's first word is seen beside the same stale word,
+// or at Finish.
+//
 // What this transport cannot see, and so cannot check: a store that
 // leaves a word unchanged (cmdq_addr_h rewritten with the same value), the
 // order of the two halves of a doorbell beyond what their values show,
@@ -111,8 +118,10 @@ type Shared struct {
 	bar []byte
 	// pub holds what Poll last stored at each published offset.
 	pub map[uint32]uint32
-	// seen holds the last value of each UAR doorbell word.
+	// seen holds the last value of each UAR doorbell word taken.
 	seen map[uint32]uint64
+	// half holds the send doorbells whose second word Poll waits for.
+	half map[uint32]halfDoorbell
 	// OnViolation, when set, is told each violation as Poll finds it
 	// (otherwise they stay for Model.Violations).
 	OnViolation func(string)
@@ -134,7 +143,7 @@ func NewShared(m *Model, bar []byte) (*Shared, error) {
 	m.mu.Lock()
 	m.cfg[1] = 0x6 // memory space and bus master: see the type's comment
 	m.mu.Unlock()
-	s := &Shared{m: m, bar: bar, pub: map[uint32]uint32{}, seen: map[uint32]uint64{}}
+	s := &Shared{m: m, bar: bar, pub: map[uint32]uint32{}, seen: map[uint32]uint64{}, half: map[uint32]halfDoorbell{}}
 	for _, off := range published {
 		v := m.Read32(off)
 		s.store(off, v)
@@ -161,29 +170,49 @@ func native(v uint32) uint32 {
 
 func (s *Shared) store(off, v uint32) { atomic.StoreUint32(s.word(off), native(v)) }
 
-// settleWait bounds how long Poll waits for the second word of a send
-// doorbell whose first word it has seen.
-const settleWait = 20 * time.Millisecond
+// halfDoorbell is a send doorbell whose new first word Poll has seen
+// beside a second word that is not yet its own: lo, and the second word hi
+// it saw then.
+type halfDoorbell struct{ lo, hi uint32 }
 
-// settle returns the second word of the send doorbell at off whose first
-// word is lo, and false if the first word changed meanwhile. A first word
-// names a posted WQE; when hi is not that WQE's second control word (or
-// names no SQ: the previous doorbell's, or none yet), the driver's second
-// store may still be on its way, so settle waits until hi
-// changes, at most settleWait (a driver that never stores the right
-// second word is then reported by the model as before).
-func (s *Shared) settle(off, lo, hi uint32) (uint32, bool) {
-	if want, ok := s.ctrlHi(lo, hi); ok && want == hi {
-		return hi, true
+// completes reports whether hi completes the doorbell whose first word is
+// lo that Poll first saw beside the second word stale: the second word
+// has been stored since (it changed: the card acts on that store, and the
+// model judges what it says), or it already is the posted WQE's own.
+func (s *Shared) completes(lo, hi, stale uint32) bool {
+	return hi != stale || s.own(lo, hi)
+}
+
+// own reports whether hi is the second control word of the WQE the
+// doorbell words lo, hi name.
+func (s *Shared) own(lo, hi uint32) bool {
+	want, ok := s.ctrlHi(lo, hi)
+	return ok && want == hi
+}
+
+// Finish reports, as violations, the send doorbells whose first word was
+// stored and whose second never was (Poll waits for it without a
+// deadline: a driver may be descheduled between its two stores). Call it
+// once the driver has stopped (its teardown done, or its emulator gone).
+func (s *Shared) Finish() {
+	s.m.mu.Lock()
+	for off, p := range s.half {
+		s.m.violation("UAR %d send doorbell at %#x: first word %#x never completed by its second word (still %#x)", off/4096, off%4096, p.lo, p.hi)
 	}
-	end := time.Now().Add(settleWait)
-	for time.Now().Before(end) {
-		if h := s.load(off + 4); h != hi {
-			return h, s.load(off) == lo
+	s.m.mu.Unlock()
+	clear(s.half)
+	if s.OnViolation != nil {
+		for _, v := range s.m.Violations() {
+			s.OnViolation(v)
 		}
-		runtime.Gosched()
 	}
-	return hi, s.load(off) == lo
+}
+
+// take runs the send doorbell lo, hi at off on the model.
+func (s *Shared) take(off, lo, hi uint32) {
+	s.seen[off] = uint64(hi)<<32 | uint64(lo)
+	s.m.Write32(off, lo)
+	s.m.Write32(off+4, hi)
 }
 
 // ctrlHi returns the second control word (as the driver's little-endian
@@ -257,25 +286,50 @@ func (s *Shared) Poll() bool {
 				busy = true // being written: taken next time
 				continue
 			}
-			v := uint64(hi)<<32 | uint64(lo1)
-			if v == s.seen[off] {
+			if p, ok := s.half[off]; ok {
+				if lo1 == p.lo && !s.completes(lo1, hi, p.hi) {
+					continue // still waiting for its second store
+				}
+				delete(s.half, off)
+				if lo1 != p.lo && hi == p.hi && !s.own(lo1, hi) {
+					// A driver stores a doorbell's second word (which
+					// differs from the stale p.hi: p.lo was waiting for
+					// it) before the next doorbell's first word on this
+					// register. Still unchanged, it was never stored: a
+					// card would have rung p.lo with a stale second word.
+					s.m.mu.Lock()
+					s.m.violation("UAR %d send doorbell at %#x: first word %#x followed by the next (%#x) without its second word (still %#x)", page, off%4096, p.lo, lo1, hi)
+					s.m.mu.Unlock()
+				}
+				switch {
+				case lo1 == p.lo:
+				case hi != p.hi && s.own(p.lo, hi):
+					// p's second word landed, the next doorbell's not
+					// yet: take p as the card took it.
+					s.take(off, p.lo, hi)
+					busy = true
+				default:
+					// The next doorbell's counter covers p's WQEs; it is
+					// judged against p's stale second word.
+					s.seen[off] = uint64(p.hi)<<32 | uint64(p.lo)
+				}
+			}
+			if v := uint64(hi)<<32 | uint64(lo1); v == s.seen[off] {
 				continue
 			}
-			if uint32(s.seen[off]) != lo1 {
-				// A new first word: the second may not have landed yet (the
-				// driver stores them one after the other, and this poll
-				// may fall between). Wait for it, boundedly.
-				var ok bool
-				if hi, ok = s.settle(off, lo1, hi); !ok {
-					busy = true // rung again meanwhile: taken next time
-					continue
-				}
-				v = uint64(hi)<<32 | uint64(lo1)
+			if uint32(s.seen[off]) != lo1 && !s.completes(lo1, hi, uint32(s.seen[off]>>32)) {
+				// A new first word beside the previous doorbell's second
+				// word, which is not this WQE's: the driver's second
+				// store has not landed yet (it stores the two one after
+				// the other, and this poll fell between). A card acts on
+				// the store it sees: the doorbell is taken on the poll
+				// that sees its second word, however late.
+				s.half[off] = halfDoorbell{lo: lo1, hi: hi}
+				busy = true
+				continue
 			}
-			s.seen[off] = v
+			s.take(off, lo1, hi)
 			busy = true
-			s.m.Write32(off, lo1)
-			s.m.Write32(off+4, hi)
 		}
 		for _, off := range []uint32{base + 0x40, base + 0x48} {
 			v := uint64(s.load(off))

@@ -74,6 +74,8 @@ func dirBars(all []Run, dir string) []bar {
 		switch {
 		case b.Baseline:
 			b.Label = "TamaGo enet (baseline)"
+		case modeLabels[k.mode] != "":
+			b.Label = modeLabels[k.mode]
 		case dir == "rx":
 			b.Label = fmt.Sprintf("%s, copybreak %s", k.mode, cbName(k.cb))
 		default:
@@ -248,17 +250,32 @@ func headroom(p *plot.Plot, top float64, lines int) {
 	}
 }
 
+// modeLabels name the bars of the other NICs' modes (they have no
+// copybreak setting).
+var modeLabels = map[string]string{
+	"e1000e-sg":  "82574L no TSO (e1000e-sg)",
+	"e1000e-tso": "82574L TSO (e1000e-tso)",
+	"cx-sg":      "ConnectX no LSO (cx-sg)",
+	"cx-tso":     "ConnectX LSO (cx-tso)",
+}
+
+// plotModes are the modes the plot knows, each drawn in its own colour.
+var plotModes = []string{"bounce", "sg", "tso", "e1000e-sg", "e1000e-tso", "cx-sg", "cx-tso"}
+
+// otherColor draws a mode the plot does not know.
+var otherColor = color.RGBA{A: 255}
+
 // modeColor gives each mode one colour in every panel.
 func modeColor(mode string) color.Color {
 	if mode == BaselineMode {
 		return baselineColor
 	}
-	for i, m := range []string{"bounce", "sg", "tso", "e1000e-sg", "e1000e-tso"} {
+	for i, m := range plotModes {
 		if m == mode {
 			return plotutil.Color(i)
 		}
 	}
-	return plotutil.Color(5)
+	return otherColor
 }
 
 // stageColors fill the stage panel's stacks, bottom first.

@@ -14,7 +14,11 @@
 //	  -device ivshmem-plain,memdev=cxbar,bus=dw-pcie ...
 //
 // Both files are created and sized when absent, so either side may start
-// first. The model learns the driver's writes by polling (the command
+// first. -boot-pages and -init-pages set the firmware pages the model asks
+// for (defaults 4 and 16; a ConnectX-4 asked 6 and 12,868, about 50 MiB,
+// which the i.MX7D firmware's 32 MiB DMA region cannot hold: its driver
+// then fails bring-up with "init pages ... DMA memory" and the firmware
+// carries on without the interface). The model learns the driver's writes by polling (the command
 // doorbell vector, cleared as commands are taken; the doorbell records in
 // RAM; the UAR doorbell words), and sleeps with back-off while nothing
 // changes. A DMA address outside the RAM file is a violation, as it would
@@ -26,6 +30,11 @@
 // frames the card sends while no peer is connected are dropped and
 // counted; a frame whose length is not that of an Ethernet frame is
 // counted as malformed and the connection, whose framing is lost, closed.
+//
+// A send doorbell whose first word is seen beside a stale second word is
+// taken when its second word lands, however late (the guest may be
+// descheduled between its two stores); one never completed is a
+// violation when the next doorbell shows it, or at exit.
 //
 // Output: "CXSIM READY <addr>" once listening, "CXSIM VIOLATION <what>"
 // for each rule the driver breaks, "CXSIM PEER ..." as peers come and go,
@@ -222,56 +231,92 @@ func parseSize(s string) (int64, error) {
 	return v * mul, err
 }
 
+// settings are the command line's.
+type settings struct {
+	ramPath, barPath, listen string
+	ramSize, barSize         int64
+	ramBase                  uint64
+	maxSleep                 time.Duration
+	// model holds the model's options the flags set (page counts).
+	model connectxtest.Options
+}
+
+// parseArgs reads the command line (without the program name).
+func parseArgs(args []string) (settings, error) {
+	fs := flag.NewFlagSet("tamanic-cxsim", flag.ContinueOnError)
+	ramPath := fs.String("ram", "", "guest RAM file (QEMU memory-backend-file mem-path, share=on)")
+	ramSize := fs.String("ram-size", "1G", "size the RAM file is created with when absent or smaller")
+	ramBase := fs.String("ram-base", "0x80000000", "bus address of the RAM file's first byte")
+	barPath := fs.String("bar", "", "BAR file (the ivshmem's memory-backend-file mem-path, share=on)")
+	barSize := fs.String("bar-size", "32M", "size the BAR file is created with when absent or smaller")
+	listen := fs.String("listen", "127.0.0.1:0", "wire: loopback address for a -netdev socket stream peer")
+	maxSleep := fs.Duration("max-sleep", time.Millisecond, "longest back-off sleep while the driver writes nothing")
+	bootPages := fs.Int("boot-pages", 0, "firmware pages the model asks for at boot (0: the model's 4; a ConnectX-4 asked 6)")
+	initPages := fs.Int("init-pages", 0, "firmware pages the model asks for at init (0: the model's 16; a ConnectX-4 asked 12868, about 50 MiB, more than the i.MX7D firmware's 32 MiB DMA region holds)")
+	if err := fs.Parse(args); err != nil {
+		return settings{}, err
+	}
+	s := settings{ramPath: *ramPath, barPath: *barPath, listen: *listen, maxSleep: *maxSleep}
+	if s.ramPath == "" || s.barPath == "" {
+		return s, errors.New("-ram and -bar are required")
+	}
+	var err error
+	if s.ramBase, err = strconv.ParseUint(*ramBase, 0, 64); err != nil {
+		return s, fmt.Errorf("-ram-base: %w", err)
+	}
+	if s.ramSize, err = parseSize(*ramSize); err != nil {
+		return s, fmt.Errorf("-ram-size: %w", err)
+	}
+	if s.barSize, err = parseSize(*barSize); err != nil {
+		return s, fmt.Errorf("-bar-size: %w", err)
+	}
+	if err := loopback(s.listen); err != nil {
+		return s, err
+	}
+	// The page counts are 32-bit signed in QUERY_PAGES; the model keeps
+	// each page's address in a map, so bound them at 1 Mi pages (4 GiB).
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"-boot-pages", *bootPages}, {"-init-pages", *initPages}} {
+		if p.v < 0 || p.v > 1<<20 {
+			return s, fmt.Errorf("%s %d: want 0..%d", p.name, p.v, 1<<20)
+		}
+	}
+	s.model.BootPages, s.model.InitPages = *bootPages, *initPages
+	return s, nil
+}
+
 func run() error {
-	ramPath := flag.String("ram", "", "guest RAM file (QEMU memory-backend-file mem-path, share=on)")
-	ramSize := flag.String("ram-size", "1G", "size the RAM file is created with when absent or smaller")
-	ramBase := flag.String("ram-base", "0x80000000", "bus address of the RAM file's first byte")
-	barPath := flag.String("bar", "", "BAR file (the ivshmem's memory-backend-file mem-path, share=on)")
-	barSize := flag.String("bar-size", "32M", "size the BAR file is created with when absent or smaller")
-	listen := flag.String("listen", "127.0.0.1:0", "wire: loopback address for a -netdev socket stream peer")
-	maxSleep := flag.Duration("max-sleep", time.Millisecond, "longest back-off sleep while the driver writes nothing")
-	flag.Parse()
-	if *ramPath == "" || *barPath == "" {
-		return errors.New("-ram and -bar are required")
-	}
-	base, err := strconv.ParseUint(*ramBase, 0, 64)
-	if err != nil {
-		return fmt.Errorf("-ram-base: %w", err)
-	}
-	rs, err := parseSize(*ramSize)
-	if err != nil {
-		return fmt.Errorf("-ram-size: %w", err)
-	}
-	bs, err := parseSize(*barSize)
-	if err != nil {
-		return fmt.Errorf("-bar-size: %w", err)
-	}
-	if err := loopback(*listen); err != nil {
-		return err
-	}
-	ram, err := mapFile(*ramPath, rs)
+	st, err := parseArgs(os.Args[1:])
 	if err != nil {
 		return err
 	}
-	bar, err := mapFile(*barPath, bs)
+	ram, err := mapFile(st.ramPath, st.ramSize)
+	if err != nil {
+		return err
+	}
+	bar, err := mapFile(st.barPath, st.barSize)
 	if err != nil {
 		return err
 	}
 	s := &sim{out: os.Stdout}
-	mem := &connectxtest.FileMemory{Mem: ram, Base: base, OnFault: func(what string) {
+	mem := &connectxtest.FileMemory{Mem: ram, Base: st.ramBase, OnFault: func(what string) {
 		s.mu.Lock()
 		s.c.DMAOutOfBounds++
 		s.mu.Unlock()
 		s.violation(what)
 	}}
-	s.model = connectxtest.New(connectxtest.Options{Device: mem})
+	mo := st.model
+	mo.Device = mem
+	s.model = connectxtest.New(mo)
 	s.model.SetPeer(s.send)
 	sh, err := connectxtest.NewShared(s.model, bar)
 	if err != nil {
 		return err
 	}
 	sh.OnViolation = s.violation
-	l, err := net.Listen("tcp", *listen)
+	l, err := net.Listen("tcp", st.listen)
 	if err != nil {
 		return err
 	}
@@ -285,6 +330,9 @@ func run() error {
 	for {
 		select {
 		case <-sig:
+			// The driver is stopped or gone: a send doorbell still
+			// waiting for its second word never got it.
+			sh.Finish()
 			st := struct {
 				Model connectxtest.Stats `json:"model"`
 				Sim   Counters           `json:"sim"`
@@ -305,7 +353,7 @@ func run() error {
 			idle = 0
 			continue
 		}
-		idle = min(max(2*idle, 10*time.Microsecond), *maxSleep)
+		idle = min(max(2*idle, 10*time.Microsecond), st.maxSleep)
 		time.Sleep(idle)
 	}
 }

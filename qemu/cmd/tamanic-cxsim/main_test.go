@@ -135,3 +135,33 @@ func TestFilesAndFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPageFlags: -boot-pages and -init-pages set the pages the model asks
+// for (a driver brought up on a model built from them holds that many);
+// out-of-range counts and missing files are refused.
+func TestPageFlags(t *testing.T) {
+	st, err := parseArgs([]string{"-ram", "r", "-bar", "b", "-boot-pages", "6", "-init-pages", "300"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.model.BootPages != 6 || st.model.InitPages != 300 || st.ramBase != 0x80000000 || st.barSize != 32<<20 {
+		t.Fatalf("settings %+v", st)
+	}
+	mo := st.model
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Model: func(o *connectxtest.Options) {
+		o.BootPages, o.InitPages = mo.BootPages, mo.InitPages
+	}})
+	if p := r.Model.State().Pages; p != 306 {
+		t.Fatalf("driver holds %d pages, want 306", p)
+	}
+	for _, args := range [][]string{
+		{"-ram", "r", "-bar", "b", "-init-pages", "-1"},
+		{"-ram", "r", "-bar", "b", "-init-pages", "2000000"},
+		{"-ram", "r", "-bar", "b", "-listen", "10.0.0.1:1"},
+		{"-bar", "b"},
+	} {
+		if _, err := parseArgs(args); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
