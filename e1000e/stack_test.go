@@ -25,8 +25,19 @@ type host struct {
 
 func newHost(t testing.TB, i byte, tso bool, mode e1000e.IRQMode) *host {
 	t.Helper()
+	return newHostWrapped(t, i, tso, mode, nil)
+}
+
+// newHostWrapped is newHost with the device the endpoint drives wrapped
+// by wrap (nil: not wrapped).
+func newHostWrapped(t testing.TB, i byte, tso bool, mode e1000e.IRQMode, wrap func(netstack.Device) netstack.Device) *host {
+	t.Helper()
 	r := newRig(t, rigOptions{mac: i, mode: mode, noTrace: true, cfg: func(c *e1000e.Config) { c.TxRing = 512 }})
-	ep, err := netstack.New(netstack.Options{Device: e1000e.Device{NIC: r.nic}, TSO: tso, GRO: true, AckFilter: true,
+	var dev netstack.Device = e1000e.Device{NIC: r.nic}
+	if wrap != nil {
+		dev = wrap(dev)
+	}
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: tso, GRO: true, AckFilter: true,
 		PollInterval: pollFor(mode)})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,16 @@ import (
 // E1000_MAX_PER_TXD); longer fragments take several.
 const MaxPerDesc = 8192
 
+// MaxDataDescs is the most data descriptors one packet may take. QEMU's
+// 82574L, the reference device, gathers a packet into at most
+// E1000E_MAX_TX_FRAGS = 64 fragments, one per data descriptor
+// (hw/net/e1000e_core.c, net_tx_pkt_add_raw_fragment), and drops a packet
+// with more at its EOP descriptor without an error or a counter; Linux
+// e1000e never comes near it (MAX_SKB_FRAGS). Frames with more fragments
+// are gathered into one buffer; GSO packets with more are refused, and
+// Info states a view limit that keeps every GSO packet below it.
+const MaxDataDescs = 64
+
 // hdrSlot is the size of the per-descriptor header copy: Ethernet, two
 // VLAN tags, the largest IPv4/IPv6 and TCP headers fit.
 const hdrSlot = 256
@@ -164,6 +174,15 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 	if n.closed.Load() {
 		return ErrClosed
 	}
+	gathered := 0
+	if descsFor(frags) > MaxDataDescs {
+		// A 1518-byte frame in more than 64 pieces: one copy.
+		buf := make([]byte, 0, total)
+		for _, f := range frags {
+			buf = append(buf, f...)
+		}
+		frags, gathered = [][]byte{buf}, total
+	}
 	need := descsFor(frags)
 	if popts != 0 {
 		need++
@@ -187,6 +206,7 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 		s.Tx.Frames++
 		s.Tx.Bytes += uint64(total)
 		s.Tx.Descs += uint64(need)
+		s.Tx.Copied += uint64(gathered)
 		if popts != 0 {
 			s.Tx.Contexts++
 			s.Tx.CsumFrames++
@@ -344,8 +364,8 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 		return ErrClosed
 	}
 	need := 2 + descsFor(payload)
-	if need > n.tx.n-1 {
-		return n.txError(fmt.Errorf("e1000e: GSO packet needs %d descriptors, ring has %d: %w", need, n.tx.n, ErrFrame))
+	if need > n.tx.n-1 || need-1 > MaxDataDescs {
+		return n.txError(fmt.Errorf("e1000e: GSO packet needs %d descriptors (%d data, at most %d), ring has %d: %w", need, need-1, MaxDataDescs, n.tx.n, ErrFrame))
 	}
 	if need > n.tx.free() {
 		n.count(func(s *Stats) { s.Tx.RingFull++ })
@@ -401,8 +421,8 @@ func (n *NIC) transmitOwnedHeader(hc []byte, payload [][]byte, plen int, cookie 
 		return ErrClosed
 	}
 	need := 2 + descsFor(payload)
-	if need > n.tx.n-1 {
-		return n.txError(fmt.Errorf("e1000e: packet needs %d descriptors: %w", need, ErrFrame))
+	if need > n.tx.n-1 || need-1 > MaxDataDescs {
+		return n.txError(fmt.Errorf("e1000e: packet needs %d descriptors (%d data, at most %d), ring has %d: %w", need, need-1, MaxDataDescs, n.tx.n, ErrFrame))
 	}
 	if need > n.tx.free() {
 		n.count(func(s *Stats) { s.Tx.RingFull++ })

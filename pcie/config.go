@@ -199,6 +199,11 @@ type PCIeInfo struct {
 	MaxWidth int
 	Speed    int // Link Status, current speed (1 = 2.5 GT/s)
 	Width    int
+	// LinkActiveReporting: Link Capabilities bit 20, Data Link Layer
+	// Link Active Reporting Capable (PCIe Base 3.0 7.8.6): a downstream
+	// port that has it says in Link Status bit 13 whether anything is
+	// on its link.
+	LinkActiveReporting bool
 }
 
 // MSIInfo is what the MSI capability says.
@@ -235,7 +240,8 @@ func parseCaps(read func(off int) uint32, caps []Capability) (pcie *PCIeInfo, ms
 			ls := read(c.Offset+expLnkSta&^3) >> 16
 			pcie = &PCIeInfo{Offset: c.Offset, Type: int(hdr>>20) & 0xF,
 				MaxSpeed: int(lc & 0xF), MaxWidth: int(lc>>4) & 0x3F,
-				Speed: int(ls & 0xF), Width: int(ls>>4) & 0x3F}
+				Speed: int(ls & 0xF), Width: int(ls>>4) & 0x3F,
+				LinkActiveReporting: lc&lnkCapDLLLARC != 0}
 		case CapMSI:
 			if msi != nil {
 				continue

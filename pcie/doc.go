@@ -19,8 +19,20 @@
 // programmed).
 //
 // Failure is an error, never a hang: every wait is bounded (a link that
-// never trains is a *LinkError wrapping ErrLinkDown), configuration reads
-// that find nothing return all-ones and are counted, and nothing is ever
-// sent to a device number a link cannot hold, because on the i.MX6 such a
-// read raises an imprecise abort rather than reading all-ones.
+// never trains is a *LinkError wrapping ErrLinkDown), and configuration
+// reads that find nothing return all-ones and are counted. On the i.MX6Q
+// and i.MX6SX (SoC.AbortsOnUR) a read of a missing device is not all-ones
+// but an imprecise external abort (Linux pci-imx6.c installs a fault hook
+// that fakes all-ones; bare metal has none), so Enumerate reads only what
+// it knows is there: device 0 behind the root port (whose link is up)
+// and behind a downstream port, unless the port reports Data Link Layer
+// Link Active and its link is down (an empty slot); on any bus that is not
+// a link (a switch's internal bus, whose downstream ports may sit at any
+// device numbers, not necessarily 0) only the device numbers the board
+// names in Config.ProbeDevices, and nothing when it names none (the
+// bridge records a Problem); functions 1-7 of a multi-function device only
+// with Config.ProbeFunctions. What remains unguarded there: a downstream
+// port without link-active reporting whose slot is empty, and device
+// numbers a board names wrongly, still abort. The i.MX7D reads all-ones
+// and scans every bus fully.
 package pcie

@@ -108,15 +108,7 @@ func windowReg(lo, hi uint64) uint32 {
 // is nil) and returns the highest bus number used below it.
 func (rc *RC) scanBus(n int, parent *Device) int {
 	last := n
-	devs := 32
-	// A link holds device 0 only (the bus below the root port or a
-	// downstream port); only a switch's internal bus has more. On SoCs
-	// where a read of a missing device aborts, probing device numbers a
-	// link cannot hold would take the firmware down.
-	if parent == nil || parent.PCIe == nil || parent.PCIe.Type == TypeRootPort || parent.PCIe.Type == TypeDownstream {
-		devs = 1
-	}
-	for dev := 0; dev < devs; dev++ {
+	for _, dev := range rc.busDevices(parent) {
 		fns := 1
 		for fn := 0; fn < fns; fn++ {
 			b := BDF{Bus: uint8(n), Dev: uint8(dev), Fn: uint8(fn)}
@@ -143,6 +135,52 @@ func (rc *RC) scanBus(n int, parent *Device) int {
 		last = rc.nextBus - 1
 	}
 	return last
+}
+
+// busDevices returns the device numbers to probe on the bus below parent
+// (nil: below the root port). A link holds device 0 only (the bus below
+// the root port, whose link is up, or a downstream port). Any other bus
+// (a switch's internal bus, a conventional PCI bus) may hold devices at
+// any of 32 numbers, and reading a missing one ends in Unsupported
+// Request, which on SoCs with AbortsOnUR is an imprecise external abort
+// that takes the firmware down: there only what Config.ProbeDevices
+// names is probed, and nothing when it names nothing.
+func (rc *RC) busDevices(parent *Device) []int {
+	if parent == nil || parent.PCIe != nil && parent.PCIe.Type == TypeRootPort {
+		return []int{0}
+	}
+	if parent.PCIe != nil && parent.PCIe.Type == TypeDownstream {
+		// An empty slot below a downstream port answers Unsupported
+		// Request too; a port that reports its link state says so.
+		if rc.soc.AbortsOnUR && parent.PCIe.LinkActiveReporting &&
+			rc.ReadConfig16(parent.BDF, parent.PCIe.Offset+expLnkSta)&lnkStaDLLLA == 0 {
+			return nil
+		}
+		return []int{0}
+	}
+	if !rc.soc.AbortsOnUR {
+		all := make([]int, 32)
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	}
+	var devs []int
+	if rc.probeDevs != nil {
+		seen := uint32(0)
+		for _, d := range rc.probeDevs(parent) {
+			if d < 0 || d > 31 || seen&(1<<d) != 0 {
+				parent.Problems = append(parent.Problems, fmt.Errorf("pcie: %v: Config.ProbeDevices gave device %d for bus %02x: not probed", parent.BDF, d, parent.Secondary))
+				continue
+			}
+			seen |= 1 << d
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) == 0 {
+		parent.Problems = append(parent.Problems, fmt.Errorf("pcie: %v: bus %02x below it not scanned: it is not a link, and on %s reading a missing device aborts (Config.ProbeDevices names the devices to probe)", parent.BDF, parent.Secondary, rc.soc.Name))
+	}
+	return devs
 }
 
 // scanBridge numbers the bus behind bridge d and scans it.

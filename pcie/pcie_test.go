@@ -351,85 +351,155 @@ func TestEmptyBus(t *testing.T) {
 // TestSwitchHierarchy: a switch (upstream port with two downstream ports)
 // with an endpoint below each. Buses are numbered depth first, windows
 // nest, BARs are reachable through both bridges, and INTx is swizzled.
-func TestSwitchHierarchy(t *testing.T) {
-	r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
+// switchRig builds a switch below the root port as PLX-style switches
+// number their ports: upstream port 01:00.0, downstream ports at device
+// numbers 1 and 4 of the internal bus (none at 0), each with an endpoint
+// whose BAR0 reads 0xAB00+i at 0x10, and an empty downstream port at
+// device 5 that reports its link state (Data Link Layer Link Active).
+func switchRig(t *testing.T, soc pcie.SoC, probe func(*pcie.Device) []int) (*rig, []*pcietest.Function) {
+	r := newRig(t, pcietest.Options{SoC: soc}, func(c *pcie.Config) { c.ProbeDevices = probe })
 	up := pcietest.NewBridge(0x10B5, 0x8608)
 	up.AddPCIe(pcie.TypeUpstream, 2, 1)
 	r.h.Attach(0, up)
 	var eps []*pcietest.Function
-	var regs []*regFile
-	for i := 0; i < 2; i++ {
+	for i, dev := range switchPorts {
 		down := pcietest.NewBridge(0x10B5, 0x8608)
 		down.AddPCIe(pcie.TypeDownstream, 2, 1)
-		up.Attach(i, 0, down)
+		down.ReportLinkActive()
+		up.Attach(dev, 0, down)
 		ep := pcietest.NewEndpoint(0x15B3, 0x1015, 0x020000)
 		rf := newRegFile()
 		rf.regs[0x10] = uint32(0xAB00 + i)
-		ep.SetBAR(0, 32<<20, pcietest.Mem64Prefetch, rf)
+		ep.SetBAR(0, 4<<20, pcietest.Mem64Prefetch, rf)
 		ep.SetPin(1)
 		down.Attach(0, 0, ep)
-		eps, regs = append(eps, ep), append(regs, rf)
+		eps = append(eps, ep)
 	}
-	devs := start(t, r)
-	if len(devs) != 5 {
-		t.Fatalf("%d devices: %v", len(devs), devs)
+	empty := pcietest.NewBridge(0x10B5, 0x8608)
+	empty.AddPCIe(pcie.TypeDownstream, 2, 1)
+	empty.ReportLinkActive()
+	up.Attach(5, 0, empty)
+	return r, eps
+}
+
+// switchPorts are the device numbers of switchRig's populated
+// downstream ports.
+var switchPorts = []int{1, 4}
+
+// plxPorts is a board's Config.ProbeDevices for switchRig's switch.
+func plxPorts(b *pcie.Device) []int {
+	if b.Vendor == 0x10B5 && b.DeviceID == 0x8608 && b.PCIe != nil && b.PCIe.Type == pcie.TypeUpstream {
+		return []int{1, 4, 5}
 	}
-	want := []string{"01:00.0", "02:00.0", "03:00.0", "02:01.0", "04:00.0"}
-	for i, d := range devs {
-		if d.BDF.String() != want[i] {
-			t.Errorf("device %d at %v, want %s", i, d.BDF, want[i])
-		}
+	return nil
+}
+
+// TestSwitchHierarchy: a switch with downstream ports at device numbers
+// other than 0, on every SoC. On the i.MX6Q and i.MX6SX, where reading a
+// missing device is an imprecise abort, the internal bus is probed only
+// at the device numbers the board names (Config.ProbeDevices), and the
+// empty downstream port is not probed below because its Link Status says
+// nothing is there: the model reports no access to a missing device. On
+// the i.MX7D the whole internal bus is scanned. Everything found gets bus
+// numbers, BARs reachable through the window, and INTx swizzled by the
+// downstream ports' device numbers.
+func TestSwitchHierarchy(t *testing.T) {
+	for _, soc := range socs() {
+		t.Run(soc.Name, func(t *testing.T) {
+			r, eps := switchRig(t, soc, plxPorts)
+			devs := start(t, r)
+			want := []string{"01:00.0", "02:01.0", "03:00.0", "02:04.0", "04:00.0", "02:05.0"}
+			if len(devs) != len(want) {
+				t.Fatalf("%d devices: %v", len(devs), devs)
+			}
+			for i, d := range devs {
+				if d.BDF.String() != want[i] {
+					t.Errorf("device %d at %v, want %s", i, d.BDF, want[i])
+				}
+				if len(d.Problems) != 0 {
+					t.Errorf("%v problems %v", d.BDF, d.Problems)
+				}
+			}
+			if devs[0].Secondary != 2 || devs[0].Subordinate != 5 {
+				t.Errorf("upstream port buses %d-%d", devs[0].Secondary, devs[0].Subordinate)
+			}
+			if e := devs[5]; e.Secondary != 5 || e.Subordinate != 5 {
+				t.Errorf("empty downstream port buses %d-%d", e.Secondary, e.Subordinate)
+			}
+			// Both BARs fit every SoC's window: mapping the second while
+			// the first is live needs no retargeting.
+			w4, err := r.rc.Map(devs[4], 0, 0x10, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w2, err := r.rc.Map(devs[2], 0, 0x10, 4)
+			if err != nil {
+				t.Fatalf("second live window: %v", err)
+			}
+			if w2.Read32(0) != 0xAB00 || w4.Read32(0) != 0xAB01 {
+				t.Fatalf("live windows read %#x %#x", w2.Read32(0), w4.Read32(0))
+			}
+			w2.Release()
+			w4.Release()
+			for i, idx := range []int{2, 4} {
+				d := devs[idx]
+				if !d.BARs[0].Assigned || !d.BARs[0].Is64 || !d.BARs[0].Prefetch {
+					t.Fatalf("%v BAR0 %+v", d.BDF, d.BARs[0])
+				}
+				// INTA of the endpoint below the downstream port at
+				// device k arrives as INTA+k (mod 4) at the root port
+				// (PCI-to-PCI bridge swizzle).
+				pin := switchPorts[i]%4 + 1
+				if d.Pin != 1 || d.IRQ != soc.INTxSPI[pin-1]+32 {
+					t.Errorf("%v pin %d irq %d, want INTx pin %d", d.BDF, d.Pin, d.IRQ, pin)
+				}
+				eps[i].SetINTx(true)
+				if !r.h.INTx(pin) {
+					t.Errorf("%v INTx not seen on pin %d", d.BDF, pin)
+				}
+				if on, err := d.INTxPending(); err != nil || !on {
+					t.Errorf("INTxPending %v %v", on, err)
+				}
+				if err := d.SetINTx(false); err != nil {
+					t.Fatal(err)
+				}
+				if r.h.INTx(pin) {
+					t.Errorf("INTx still asserted with Interrupt Disable set")
+				}
+				eps[i].SetINTx(false)
+			}
+		})
 	}
-	if devs[0].Secondary != 2 || devs[0].Subordinate != 4 {
-		t.Errorf("upstream port buses %d-%d", devs[0].Secondary, devs[0].Subordinate)
-	}
-	// Both BARs fit the i.MX7D's 255 MiB window: mapping the second
-	// while the first is live needs no retargeting, whichever comes first.
-	w4, err := r.rc.Map(devs[4], 0, 0x10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w2, err := r.rc.Map(devs[2], 0, 0x10, 4)
-	if err != nil {
-		t.Fatalf("second live window: %v", err)
-	}
-	if w2.Read32(0) != 0xAB00 || w4.Read32(0) != 0xAB01 {
-		t.Fatalf("live windows read %#x %#x", w2.Read32(0), w4.Read32(0))
-	}
-	w2.Release()
-	w4.Release()
-	for i, idx := range []int{2, 4} {
-		d := devs[idx]
-		if !d.BARs[0].Assigned || !d.BARs[0].Is64 || !d.BARs[0].Prefetch {
-			t.Fatalf("%v BAR0 %+v", d.BDF, d.BARs[0])
+}
+
+// TestSwitchInternalBusNotProbedWhereItAborts: on the i.MX6Q and i.MX6SX
+// a board that names no device numbers (Config.ProbeDevices nil, or
+// naming none for this switch) gets the upstream port with a Problem
+// saying why nothing below it was scanned, and not one configuration
+// read of a missing device (the model reports each as the imprecise
+// abort it is on silicon; the old scan made 31 of them).
+func TestSwitchInternalBusNotProbedWhereItAborts(t *testing.T) {
+	for _, soc := range []pcie.SoC{pcie.IMX6Q, pcie.IMX6SX} {
+		for name, probe := range map[string]func(*pcie.Device) []int{
+			"nil":   nil,
+			"none":  func(*pcie.Device) []int { return nil },
+			"wrong": func(*pcie.Device) []int { return []int{-1, 32} },
+		} {
+			t.Run(soc.Name+"/"+name, func(t *testing.T) {
+				r, _ := switchRig(t, soc, probe)
+				devs := start(t, r)
+				if len(devs) != 1 || devs[0].BDF.String() != "01:00.0" {
+					t.Fatalf("devices %v", devs)
+				}
+				p := devs[0].Problems
+				if len(p) == 0 || !strings.Contains(p[len(p)-1].Error(), "ProbeDevices") {
+					t.Fatalf("problems %v", p)
+				}
+				if name == "wrong" && len(p) != 3 {
+					t.Errorf("problems %v: want one per bad device number and the unscanned bus", p)
+				}
+			})
 		}
-		w, err := r.rc.Map(d, 0, 0x10, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v := w.Read32(0); v != uint32(0xAB00+i) {
-			t.Errorf("%v BAR0+0x10 = %#x", d.BDF, v)
-		}
-		w.Release()
-		// INTA of the endpoint on downstream port i arrives as
-		// INTA+i at the root port (PCI-to-PCI bridge swizzle).
-		if d.Pin != 1 || d.IRQ != pcie.IMX7D.INTxSPI[i]+32 {
-			t.Errorf("%v pin %d irq %d", d.BDF, d.Pin, d.IRQ)
-		}
-		eps[i].SetINTx(true)
-		if !r.h.INTx(1 + i) {
-			t.Errorf("%v INTx not seen on pin %d", d.BDF, 1+i)
-		}
-		if on, err := d.INTxPending(); err != nil || !on {
-			t.Errorf("INTxPending %v %v", on, err)
-		}
-		if err := d.SetINTx(false); err != nil {
-			t.Fatal(err)
-		}
-		if r.h.INTx(1 + i) {
-			t.Errorf("INTx still asserted with Interrupt Disable set")
-		}
-		eps[i].SetINTx(false)
 	}
 }
 

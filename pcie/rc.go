@@ -74,6 +74,18 @@ type Config struct {
 	// when the board knows every function exists.
 	ProbeFunctions bool
 
+	// ProbeDevices, on an SoC where a read of a missing device aborts
+	// (SoC.AbortsOnUR), lists the device numbers to probe on the bus
+	// below bridge when that bus is not a link: a switch's internal bus
+	// (below its upstream port), whose downstream ports may sit at any
+	// device numbers and need not include 0, or a conventional PCI bus.
+	// The board knows the switch it carries (bridge.Vendor, DeviceID)
+	// and returns where its downstream ports are; with an abort fixup
+	// installed (as Linux's on the i.MX6) it may return 0-31. When nil,
+	// or for an empty list, that bus is not scanned and bridge records a
+	// Problem. Other SoCs scan all 32 device numbers and ignore it.
+	ProbeDevices func(bridge *Device) []int
+
 	// PHYRefClock is the i.MX6 PHY's reference clock in Hz: 125 MHz (the
 	// PHY's default, also when 0), 100 MHz or 200 MHz, for which the
 	// MPLL is reprogrammed. Ignored on the i.MX7D.
@@ -88,21 +100,22 @@ type Config struct {
 // RC is one DesignWare root complex. It is not safe for concurrent use;
 // callers serialise (configuration is done at start-up).
 type RC struct {
-	soc      SoC
-	dbi      mmio.Regs
-	gpr      mmio.Regs
-	src      mmio.Regs
-	phy      mmio.Regs
-	cfg      mmio.Regs
-	mem      mmio.Regs
-	now      func() int64
-	delay    func(time.Duration)
-	clocks   func() error
-	perst    func(bool)
-	maxGen   int
-	timeout  time.Duration
-	probeFn  bool
-	refClock int
+	soc       SoC
+	dbi       mmio.Regs
+	gpr       mmio.Regs
+	src       mmio.Regs
+	phy       mmio.Regs
+	cfg       mmio.Regs
+	mem       mmio.Regs
+	now       func() int64
+	delay     func(time.Duration)
+	clocks    func() error
+	perst     func(bool)
+	maxGen    int
+	timeout   time.Duration
+	probeFn   bool
+	probeDevs func(*Device) []int
+	refClock  int
 
 	linkUp   bool
 	speed    int // current link speed (1 = 2.5 GT/s, 2 = 5 GT/s)
@@ -154,7 +167,7 @@ func New(cfg Config) (*RC, error) {
 	}
 	rc := &RC{soc: s, dbi: cfg.DBI, gpr: cfg.GPR, src: cfg.SRC, phy: cfg.PHY, cfg: cfg.Cfg, mem: cfg.Mem,
 		now: cfg.Nanotime, delay: cfg.Delay, clocks: cfg.Clocks, perst: cfg.PERST,
-		maxGen: cfg.MaxGen, timeout: cfg.LinkTimeout, probeFn: cfg.ProbeFunctions, refClock: cfg.PHYRefClock}
+		maxGen: cfg.MaxGen, timeout: cfg.LinkTimeout, probeFn: cfg.ProbeFunctions, probeDevs: cfg.ProbeDevices, refClock: cfg.PHYRefClock}
 	if rc.maxGen == 0 {
 		rc.maxGen = 2
 	}

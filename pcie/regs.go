@@ -115,7 +115,9 @@ const (
 	expLnkCap = 0x0C
 	expLnkSta = 0x12
 
-	lnkCapSLS = 0xF
+	lnkCapSLS     = 0xF
+	lnkCapDLLLARC = 1 << 20 // Data Link Layer Link Active Reporting Capable
+	lnkStaDLLLA   = 1 << 13 // Data Link Layer Link Active
 )
 
 // PCI Express device/port types (PCI Express capability register 7:4).

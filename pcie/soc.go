@@ -64,8 +64,10 @@ type SoC struct {
 	SpeedChangeClears bool
 	// AbortsOnUR: a configuration read that ends in Unsupported Request
 	// (no such device) raises an imprecise external abort instead of
-	// reading all-ones (i.MX6Q). The driver then never probes a device
-	// that a link cannot hold.
+	// reading all-ones (i.MX6Q). The driver then probes only device 0
+	// of a link (skipping a downstream port that reports its link down),
+	// on other buses only the devices Config.ProbeDevices names, and
+	// functions 1-7 only with Config.ProbeFunctions.
 	AbortsOnUR bool
 
 	// GIC SPI numbers (interrupt ID = SPI + 32): MSI and INTA..INTD.

@@ -24,7 +24,9 @@
 // descriptors (not modelled), zero-length data descriptors, a TSO data
 // descriptor without a TSO context, HDRLEN or PAYLEN that disagree with
 // what the descriptors gather, MSS 0, a packet longer than 16 KiB
-// without TSO, and every DMA error (buffers the CPU owns, addresses
+// without TSO, a packet gathered from more than 64 data descriptors
+// (which QEMU's e1000e, the reference, drops silently), and every DMA
+// error (buffers the CPU owns, addresses
 // outside memory, DMA without bus mastering, through pcietest/dmatest).
 //
 // What it leaves out: flow control, VLAN insertion and stripping, packet
@@ -145,12 +147,19 @@ type Options struct {
 	ResetStuck bool
 }
 
+// MaxTxFrags is the most data descriptors QEMU's e1000e gathers one TX
+// packet from (E1000E_MAX_TX_FRAGS in hw/net/e1000e_core.c, QEMU 7.2).
+const MaxTxFrags = 64
+
 // Stats count what the model did.
 type Stats struct {
 	TxFrames, TxPackets, TxTSO, TxDescs int
-	RxFrames, RxFiltered, RxNoDesc      int
-	RxTooLong, RxRunt, RxDisabled       int
-	MSIs                                int
+	// TxMaxDataDescs is the most data descriptors one packet was
+	// gathered from.
+	TxMaxDataDescs                 int
+	RxFrames, RxFiltered, RxNoDesc int
+	RxTooLong, RxRunt, RxDisabled  int
+	MSIs                           int
 }
 
 // Model is one 82574L.
@@ -172,6 +181,7 @@ type Model struct {
 	// TX state across descriptors.
 	ctx     txCtx
 	gather  []byte
+	ndata   int // data descriptors of the packet being gathered
 	dataTSE bool
 	ifcs    bool // the packet's first data descriptor had DCMD.IFCS
 	popts   uint32
@@ -254,7 +264,7 @@ func (m *Model) reset() {
 	m.reg = map[uint32]uint32{}
 	m.stats = map[uint32]uint64{}
 	m.ctx = txCtx{}
-	m.gather = nil
+	m.gather, m.ndata = nil, 0
 	m.owned = nil
 	m.reg[rRAL0] = uint32(m.nvm[0]) | uint32(m.nvm[1])<<16
 	m.reg[rRAH0] = uint32(m.nvm[2]) | 1<<31
@@ -647,12 +657,13 @@ func (m *Model) data(h uint32, d []byte) {
 	if len(m.gather) == 0 {
 		m.ifcs = w2&(1<<25) != 0
 	}
+	m.ndata++
 	if ln == 0 {
 		m.violate("TX data descriptor %d with length 0", h)
 	} else {
 		b := make([]byte, ln)
 		if !m.dmaRead(addr, b, "TX buffer") {
-			m.gather, m.dataTSE = nil, false
+			m.gather, m.ndata, m.dataTSE = nil, 0, false
 			return
 		}
 		if len(m.gather) == 0 {
@@ -664,9 +675,18 @@ func (m *Model) data(h uint32, d []byte) {
 	if w2&(1<<24) == 0 { // not EOP
 		return
 	}
-	p := m.gather
-	m.gather = nil
+	p, nd := m.gather, m.ndata
+	m.gather, m.ndata = nil, 0
 	m.st.TxPackets++
+	m.st.TxMaxDataDescs = max(m.st.TxMaxDataDescs, nd)
+	// QEMU's 82574L (hw/net/e1000e_core.c, the reference device) gathers
+	// a packet into at most E1000E_MAX_TX_FRAGS = 64 fragments, one per
+	// data descriptor (net_tx_pkt_add_raw_fragment); a packet with more
+	// is dropped at EOP without a word or a counter.
+	if nd > MaxTxFrags {
+		m.violate("packet gathered from %d data descriptors: QEMU's e1000e takes at most %d (E1000E_MAX_TX_FRAGS) and drops it silently", nd, MaxTxFrags)
+		return
+	}
 	// DCMD.IFCS (bit 25 of a data descriptor's dword 2): without it the
 	// MAC appends no FCS and the frame leaves with its last four bytes
 	// taken as the CRC, which the link partner drops as a CRC error

@@ -44,6 +44,9 @@ type Function struct {
 	children [32][8]*Function // bridges: functions on the secondary bus
 	gone     bool
 	intx     bool
+	// linkSta is the offset of Link Status when the port reports Data
+	// Link Layer Link Active (ReportLinkActive), else 0.
+	linkSta int
 }
 
 func (f *Function) put16(off int, v uint16) { binary.LittleEndian.PutUint16(f.cfg[off:], v) }
@@ -265,7 +268,32 @@ func (f *Function) barAddr(i int) uint64 {
 	return v
 }
 
-func (f *Function) readConfig(off int) uint32 { return f.get32(off) }
+func (f *Function) readConfig(off int) uint32 {
+	v := f.get32(off)
+	if f.linkSta != 0 && off == f.linkSta&^3 {
+		// Data Link Layer Link Active: something answers at device 0
+		// of the secondary bus (the only device a link holds).
+		v &^= 1 << 13 << (8 * (f.linkSta & 3))
+		if c := f.children[0][0]; c != nil && !c.gone {
+			v |= 1 << 13 << (8 * (f.linkSta & 3))
+		}
+	}
+	return v
+}
+
+// ReportLinkActive makes a downstream (or root) port with a PCI Express
+// capability (AddPCIe first) Data Link Layer Link Active Reporting
+// Capable (Link Capabilities bit 20): Link Status bit 13 then says
+// whether a function is attached at device 0 of its secondary bus
+// (PCIe Base 3.0 7.8.6, 7.8.8).
+func (f *Function) ReportLinkActive() {
+	off := f.capability(0x10)
+	if off == 0 {
+		panic("pcietest: ReportLinkActive without a PCI Express capability")
+	}
+	f.put32(off+0x0C, f.get32(off+0x0C)|1<<20)
+	f.linkSta = off + 0x12
+}
 
 func (f *Function) writeConfig(off int, v uint32, roEnable bool) {
 	for i := 0; i < 4; i++ {
