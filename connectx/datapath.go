@@ -562,7 +562,10 @@ func (n *NIC) Info() netstack.DeviceInfo {
 		segs = min(n.caps.MaxLSO, 1<<16) / 536
 	}
 	return netstack.DeviceInfo{MAC: n.mac, MaxFrame: n.cfg.MTU + 18, TxCsum: n.caps.CsumCap, RxCsum: n.caps.CsumCap,
-		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: maxDataSegs, TxAlign: 1, MaxGSOSegments: segs}
+		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: maxDataSegs, TxAlign: 1, MaxGSOSegments: segs,
+		// TransmitGSO inlines the headers and gives each payload view one
+		// data segment.
+		MaxGSOViews: maxDataSegs}
 }
 
 // SetTxDone implements netstack.Device.

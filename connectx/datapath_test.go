@@ -401,3 +401,53 @@ func TestLSOAllSizesAndOffsets(t *testing.T) {
 		t.Fatalf("58 views: %v", err)
 	}
 }
+
+// TestLSOTakesTheViewsInfoStates: Info states how many payload views an
+// LSO send may come in (else the endpoint gathers every multi-view packet
+// into one buffer), and a packet in that many views goes out whole, each
+// view gathered in place; more views than a WQE can carry (63 data
+// segments and more) are refused, not sent short.
+func TestLSOTakesTheViewsInfoStates(t *testing.T) {
+	a, _, w := pairRigs(t, connectxtest.RigOptions{})
+	c := &capture{}
+	w.SetTap(c.tap)
+	nv := a.NIC.Info().MaxGSOViews
+	if nv < 2 {
+		t.Fatalf("MaxGSOViews %d: multi-view LSO packets would be copied", nv)
+	}
+	payload := make([]byte, nv*100)
+	for i := range payload {
+		payload[i] = byte(i * 13)
+	}
+	views := make([][]byte, nv)
+	for i := range views {
+		views[i] = payload[i*100 : (i+1)*100]
+	}
+	hdr := tcpHeaders(t, false, len(payload), 0x10, false)
+	o := tso.Options{Type: tso.TCP, MSS: 1000, NeedsCsum: true, CsumOffset: 16}
+	if err := a.NIC.TransmitGSO(hdr, views, o, "whole"); err != nil {
+		t.Fatalf("%d views: %v", nv, err)
+	}
+	a.NIC.Poll()
+	if d := a.Completions(); len(d) != 1 || d[0].Err != nil {
+		t.Fatalf("completions %+v", d)
+	}
+	var got []byte
+	for i, f := range c.frames {
+		if err := pkttest.Checksums(f); err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+		p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
+		got = append(got, p.Layer(layers.LayerTypeTCP).(*layers.TCP).Payload...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("%d segments, %d payload bytes of %d, or they differ", len(c.frames), len(got), len(payload))
+	}
+	more := make([][]byte, 63)
+	for i := range more {
+		more[i] = payload[i : i+1]
+	}
+	if err := a.NIC.TransmitGSO(tcpHeaders(t, false, len(more), 0x10, false), more, o, "more"); !errors.Is(err, connectx.ErrTooManySegs) {
+		t.Fatalf("%d views: %v, want ErrTooManySegs", len(more), err)
+	}
+}
