@@ -3,7 +3,6 @@ package fec
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -301,6 +300,7 @@ func (n *NIC) Receive() (*Packet, error) {
 		length := int(ls & 0xFFFF)
 		var e0, e1 uint32
 		if n.enhanced {
+			rmb() // the verdicts are read after BDU (see peekable)
 			e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
 		}
 		if st&RX_L == 0 {
@@ -538,7 +538,7 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	d := r.r.at(i)
-	ls := atomic.LoadUint32(descWord(d, dwLenStatus))
+	ls := loadWord(descWord(d, dwLenStatus))
 	rs := RxStatus(ls >> 16)
 	if rs&RX_E != 0 {
 		return 0, 0, 0, 0, PeekNone
@@ -547,10 +547,17 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	if n.enhanced {
-		if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+		if loadWord(descWord(d, dwExt2))&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
-		e0, e1 = atomic.LoadUint32(descWord(d, dwExt0)), atomic.LoadUint32(descWord(d, dwExt1))
+		// The uDMA writes the enhanced words before it sets BDU, but the
+		// ring is Normal memory, whose loads ARMv7 may perform in any
+		// order: without a barrier the verdicts could be read from before
+		// the update BDU announces (Linux orders descriptor reads after an
+		// ownership check with dma_rmb, e.g. mlx5_cqwq_get_cqe). The frame
+		// bytes need no more: SyncForCPU ends with a DSB.
+		rmb()
+		e0, e1 = loadWord(descWord(d, dwExt0)), loadWord(descWord(d, dwExt1))
 	}
 	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
 		return 0, 0, 0, 0, PeekOther

@@ -11,3 +11,15 @@ package fec
 //
 //go:noescape
 func storeWord(p *uint32, v uint32)
+
+// loadWord reads *p with one 32-bit LDR (store_arm.s): single-copy atomic
+// like storeWord, without the DMB sync/atomic's LoadUint32 adds after
+// every load on GOARM=7. Where a read depends on an ownership bit read
+// before it (E, R, BDU), the caller orders the two with rmb.
+//
+//go:noescape
+func loadWord(p *uint32) uint32
+
+// rmb orders earlier loads before later ones as the uDMA sees memory: DMB
+// OSH, Linux's dma_rmb on ARMv7 (arch/arm/include/asm/barrier.h).
+func rmb()

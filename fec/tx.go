@@ -3,7 +3,6 @@ package fec
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/bounce"
@@ -421,7 +420,7 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 	for t.inFlight > 0 {
 		i := t.dirty
 		d := t.r.at(i)
-		ls := atomic.LoadUint32(descWord(d, dwLenStatus))
+		ls := loadWord(descWord(d, dwLenStatus))
 		if TxStatus(ls>>16)&TX_R != 0 {
 			break
 		}
@@ -429,10 +428,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		if t.slots[i].last && n.enhanced {
 			// R may clear before the error status and BDU are written
 			// (Table 22-37): wait for BDU before reading the frame's status.
-			if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+			if loadWord(descWord(d, dwExt2))&BDU == 0 {
 				break
 			}
-			if e := atomic.LoadUint32(descWord(d, dwExt0)); e&TXE_TXE != 0 {
+			rmb() // the error status is read after BDU (see rxRing.peekable)
+			if e := loadWord(descWord(d, dwExt0)); e&TXE_TXE != 0 {
 				err = t.txError(e)
 			}
 		}
