@@ -206,11 +206,10 @@ func (r *rxRing) fill(n *NIC, i int) {
 // status word).
 func (r *rxRing) fillWords(n *NIC, i int) {
 	d := r.r.at(i)
-	storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	if n.enhanced {
-		storeWord(descWord(d, dwExt0), RXE_INT)
-		storeWord(descWord(d, dwExt1), 0)
-		storeWord(descWord(d, dwExt2), 0)
+		storeExt(d, uint32(r.bufs[i].Addr()), RXE_INT)
+	} else {
+		storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	}
 }
 

@@ -340,11 +340,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 			st |= TX_W
 		}
 		d := t.r.at(i)
-		storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		if n.enhanced {
-			storeWord(descWord(d, dwExt0), e)
-			storeWord(descWord(d, dwExt1), 0)
-			storeWord(descWord(d, dwExt2), 0)
+			storeExt(d, uint32(sl.addr), e)
+		} else {
+			storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		}
 		if j == 0 {
 			n.mem.Barrier()
