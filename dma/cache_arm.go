@@ -12,6 +12,10 @@ package dma
 func dcacheClean(start, end uintptr)
 func dcacheInvalidate(start, end uintptr)
 func dcacheCleanInvalidate(start, end uintptr)
+
+// dcacheInvalidateRange invalidates [start, end), cleaning and
+// invalidating the lines only partly inside it, by the line size from CTR.
+func dcacheInvalidateRange(start, end uintptr)
 func dsb()
 
 // armInner is the core's own cache maintenance.
@@ -44,8 +48,17 @@ func (c ARMv7Cache) Clean(start uintptr, n int) {
 	c.ops().Clean(start, n)
 }
 
-// Invalidate implements CacheOps.
-func (c ARMv7Cache) Invalidate(start uintptr, n int) { c.ops().Invalidate(start, n) }
+// Invalidate implements CacheOps. Without an outer cache it is one
+// assembly routine, partial lines included, instead of TwoLevel's calls
+// through the InnerCache interface (the RX path invalidates every frame
+// it looks at).
+func (c ARMv7Cache) Invalidate(start uintptr, n int) {
+	if c.Outer == nil {
+		dcacheInvalidateRange(start, start+uintptr(n))
+		return
+	}
+	c.ops().Invalidate(start, n)
+}
 
 // CleanInvalidate implements CacheOps.
 func (c ARMv7Cache) CleanInvalidate(start uintptr, n int) { c.ops().CleanInvalidate(start, n) }

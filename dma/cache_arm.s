@@ -49,6 +49,37 @@ inv:
 invdone:
 	RET
 
+// func dcacheInvalidateRange(start, end uintptr)
+//
+// Invalidates [start, end) without discarding bytes outside it: a line
+// only partly inside (at either end) is cleaned and invalidated
+// (DCCIMVAC) instead, by the core's real line size, as
+// TwoLevel.innerInvalidate does in Go for the 32-byte granule.
+TEXT ·dcacheInvalidateRange(SB),NOSPLIT,$0-8
+	MOVW	start+0(FP), R0
+	MOVW	end+4(FP), R1
+	LINE
+	TST	R3, R0
+	BEQ	rtail
+	BIC	R3, R0, R4
+	MCR	15, 0, R4, C7, C14, 1	// DCCIMVAC: the partial first line
+	ADD	R2, R4, R0
+rtail:
+	CMP	R0, R1
+	BLS	rdone
+	TST	R3, R1
+	BEQ	rbody
+	BIC	R3, R1, R1
+	MCR	15, 0, R1, C7, C14, 1	// DCCIMVAC: the partial last line
+rbody:
+	CMP	R1, R0
+	BHS	rdone
+	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
+	ADD	R2, R0
+	B	rbody
+rdone:
+	RET
+
 // func dcacheCleanInvalidate(start, end uintptr)
 TEXT ·dcacheCleanInvalidate(SB),NOSPLIT,$0-8
 	MOVW	start+0(FP), R0
