@@ -182,12 +182,18 @@ func (p *Placer) Place(s Strategy, frags [][]byte, sc Scratch, plan *Plan) error
 // descriptor. It fails only if the frame would need more than MaxDescs
 // descriptors or is shorter than MinFrame; the caller then flattens it.
 func (p *Placer) PlaceAfterHeader(hdrLen int, frags [][]byte, sc Scratch, plan *Plan) error {
+	return p.PlaceAfterHeaderIn(sc.Slot(0), hdrLen, frags, sc, plan)
+}
+
+// PlaceAfterHeaderIn is PlaceAfterHeader for a caller that already holds
+// sc.Slot(0), the slot its header is in (a driver that built the header
+// there): it saves the Scratch call.
+func (p *Placer) PlaceAfterHeaderIn(slot []byte, hdrLen int, frags [][]byte, sc Scratch, plan *Plan) error {
 	plan.reset()
 	total := hdrLen
 	for _, f := range frags {
 		total += len(f)
 	}
-	slot := sc.Slot(0)
 	if hdrLen <= 0 || hdrLen > len(slot) || dma.Misalignment(slot, p.align()) != 0 {
 		return fmt.Errorf("%w: header %d bytes in a %d-byte slot", ErrBadScratch, hdrLen, len(slot))
 	}
