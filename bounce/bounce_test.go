@@ -269,3 +269,71 @@ func FuzzPlace(f *testing.F) {
 		}
 	})
 }
+
+// TestAfterHeaderOneMatchesSG: PlaceAfterHeader's single-view fast path
+// plans exactly what sg plans (segments, their memory, copied bytes, slot
+// contents), for random header lengths, payload lengths and alignments,
+// engine alignments, descriptor budgets and SmallFrag settings, including
+// the cases it hands back to sg.
+func TestAfterHeaderOneMatchesSG(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	fast, ref := newScratch(4), newScratch(4)
+	taken := 0
+	for iter := 0; iter < 20000; iter++ {
+		p := Placer{Align: []int{1, 4, 16, 64}[rng.IntN(4)], MaxDescs: rng.IntN(4), SmallFrag: []int{0, 8, 40, 300}[rng.IntN(4)]}
+		hdrLen := 1 + rng.IntN(256)
+		buf := make([]byte, 4000)
+		for k := range buf {
+			buf[k] = byte(rng.Uint32())
+		}
+		off := rng.IntN(100)
+		f := buf[off : off+rng.IntN(3000)]
+		for _, sc := range []*scratch{fast, ref} {
+			for k := range sc.slots[0] {
+				sc.slots[0][k] = byte(k)
+			}
+		}
+		var pf, pr Plan
+		errF := p.PlaceAfterHeader(hdrLen, [][]byte{f}, fast, &pf)
+		// The reference: PlaceAfterHeader's steps with sg alone.
+		pr.reset()
+		var errR error
+		if hdrLen+len(f) < MinFrame {
+			errR = ErrTooLong // any error: both must fail
+		} else {
+			pr.Segs[0] = Segment{Data: ref.slots[0][:hdrLen], Copied: true}
+			pr.N, pr.Copied, pr.Len = 1, hdrLen, hdrLen
+			if !p.sg(1, [][]byte{f}, ref, &pr) {
+				errR = ErrTooLong
+			}
+		}
+		if (errF == nil) != (errR == nil) {
+			t.Fatalf("iter %d (%+v, hdr %d, payload %d at %d): fast err %v, sg err %v", iter, p, hdrLen, len(f), off, errF, errR)
+		}
+		if errF != nil {
+			continue
+		}
+		if len(f) > p.smallFrag() && p.maxDescs() >= 2 {
+			taken++
+		}
+		if pf.N != pr.N || pf.Len != pr.Len || pf.Copied != pr.Copied || pf.Bounce != pr.Bounce {
+			t.Fatalf("iter %d (%+v, hdr %d, payload %d at %d): fast %d segs len %d copied %d; sg %d segs len %d copied %d",
+				iter, p, hdrLen, len(f), off, pf.N, pf.Len, pf.Copied, pr.N, pr.Len, pr.Copied)
+		}
+		for j := 0; j < pf.N; j++ {
+			a, b := pf.Segs[j], pr.Segs[j]
+			if a.Copied != b.Copied || !bytes.Equal(a.Data, b.Data) {
+				t.Fatalf("iter %d: segment %d differs", iter, j)
+			}
+			if !a.Copied && &a.Data[0] != &b.Data[0] {
+				t.Fatalf("iter %d: segment %d references other memory", iter, j)
+			}
+		}
+		if !bytes.Equal(fast.slots[0], ref.slots[0]) {
+			t.Fatalf("iter %d: slot contents differ", iter)
+		}
+	}
+	if taken < 1000 {
+		t.Fatalf("only %d iterations took the fast path", taken)
+	}
+}

@@ -2,15 +2,20 @@
 
 package dma
 
-// Implemented in cache_arm.s. Each walks [start, end) in 32-byte steps (the
-// Cortex-A9 line; the Cortex-A7's 64-byte line is simply visited twice) with
-// the ARMv7 by-MVA operations to the point of coherency (ARM Architecture
-// Reference Manual ARMv7-A/R, B4.2.1 "Cache and branch predictor maintenance
-// operations", VMSA): DCCMVAC (c7,c10,1), DCIMVAC (c7,c6,1), DCCIMVAC
-// (c7,c14,1), then DSB.
+// Implemented in cache_arm.s. Each walks [start, end) one data cache line
+// at a time, the line size read from CTR (64 bytes on the Cortex-A7, 32 on
+// the Cortex-A9), with the ARMv7 by-MVA operations to the point of
+// coherency (ARM Architecture Reference Manual ARMv7-A/R, B4.2.1 "Cache and
+// branch predictor maintenance operations", VMSA): DCCMVAC (c7,c10,1),
+// DCIMVAC (c7,c6,1), DCCIMVAC (c7,c14,1). None ends with DSB: the caller's
+// Barrier completes them (System issues one after every sync).
 func dcacheClean(start, end uintptr)
 func dcacheInvalidate(start, end uintptr)
 func dcacheCleanInvalidate(start, end uintptr)
+
+// dcacheInvalidateRange invalidates [start, end), cleaning and
+// invalidating the lines only partly inside it, by the line size from CTR.
+func dcacheInvalidateRange(start, end uintptr)
 func dsb()
 
 // armInner is the core's own cache maintenance.
@@ -32,11 +37,28 @@ type ARMv7Cache struct {
 
 func (c ARMv7Cache) ops() TwoLevel { return TwoLevel{Inner: armInner{}, Outer: c.Outer} }
 
-// Clean implements CacheOps.
-func (c ARMv7Cache) Clean(start uintptr, n int) { c.ops().Clean(start, n) }
+// Clean implements CacheOps. Without an outer cache (Cortex-A7) it is the
+// inner loop alone, called directly: TwoLevel's interface call and the
+// wrappers around it cost about as much as cleaning a header's line.
+func (c ARMv7Cache) Clean(start uintptr, n int) {
+	if c.Outer == nil {
+		dcacheClean(start, start+uintptr(n))
+		return
+	}
+	c.ops().Clean(start, n)
+}
 
-// Invalidate implements CacheOps.
-func (c ARMv7Cache) Invalidate(start uintptr, n int) { c.ops().Invalidate(start, n) }
+// Invalidate implements CacheOps. Without an outer cache it is one
+// assembly routine, partial lines included, instead of TwoLevel's calls
+// through the InnerCache interface (the RX path invalidates every frame
+// it looks at).
+func (c ARMv7Cache) Invalidate(start uintptr, n int) {
+	if c.Outer == nil {
+		dcacheInvalidateRange(start, start+uintptr(n))
+		return
+	}
+	c.ops().Invalidate(start, n)
+}
 
 // CleanInvalidate implements CacheOps.
 func (c ARMv7Cache) CleanInvalidate(start uintptr, n int) { c.ops().CleanInvalidate(start, n) }

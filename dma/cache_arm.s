@@ -2,49 +2,97 @@
 
 #include "textflag.h"
 
+// The loops step by the smallest data cache line of the caches the core
+// controls, read from the Cache Type Register (CTR, ARMv7 ARM B4.1.42:
+// DminLine, bits 19:16, is log2 of the line in words): 64 bytes on the
+// Cortex-A7, 32 on the Cortex-A9. Linux's dcache_line_size
+// (arch/arm/mm/proc-macros.S) reads it the same way. A line is visited
+// once, not once per 32 bytes. They end without DSB: every caller issues
+// Barrier once its maintenance is done (TwoLevel, System).
+
+// LINE sets R2 to the line size in bytes and R3 to line-1 (clobbers R3).
+#define LINE \
+	MRC	15, 0, R3, C0, C0, 1	/* CTR */ \
+	MOVW	R3>>16, R3 \
+	AND	$15, R3 \
+	MOVW	$4, R2 \
+	MOVW	R2<<R3, R2 \
+	SUB	$1, R2, R3
+
 // func dcacheClean(start, end uintptr)
 TEXT ·dcacheClean(SB),NOSPLIT,$0-8
 	MOVW	start+0(FP), R0
 	MOVW	end+4(FP), R1
-	BIC	$31, R0
+	LINE
+	BIC	R3, R0
 clean:
 	CMP	R1, R0
 	BHS	cleandone
 	MCR	15, 0, R0, C7, C10, 1	// DCCMVAC
-	ADD	$32, R0
+	ADD	R2, R0
 	B	clean
 cleandone:
-	WORD	$0xf57ff04f		// DSB SY
 	RET
 
 // func dcacheInvalidate(start, end uintptr)
 TEXT ·dcacheInvalidate(SB),NOSPLIT,$0-8
 	MOVW	start+0(FP), R0
 	MOVW	end+4(FP), R1
-	BIC	$31, R0
+	LINE
+	BIC	R3, R0
 inv:
 	CMP	R1, R0
 	BHS	invdone
 	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
-	ADD	$32, R0
+	ADD	R2, R0
 	B	inv
 invdone:
-	WORD	$0xf57ff04f		// DSB SY
+	RET
+
+// func dcacheInvalidateRange(start, end uintptr)
+//
+// Invalidates [start, end) without discarding bytes outside it: a line
+// only partly inside (at either end) is cleaned and invalidated
+// (DCCIMVAC) instead, by the core's real line size, as
+// TwoLevel.innerInvalidate does in Go for the 32-byte granule.
+TEXT ·dcacheInvalidateRange(SB),NOSPLIT,$0-8
+	MOVW	start+0(FP), R0
+	MOVW	end+4(FP), R1
+	LINE
+	TST	R3, R0
+	BEQ	rtail
+	BIC	R3, R0, R4
+	MCR	15, 0, R4, C7, C14, 1	// DCCIMVAC: the partial first line
+	ADD	R2, R4, R0
+rtail:
+	CMP	R0, R1
+	BLS	rdone
+	TST	R3, R1
+	BEQ	rbody
+	BIC	R3, R1, R1
+	MCR	15, 0, R1, C7, C14, 1	// DCCIMVAC: the partial last line
+rbody:
+	CMP	R1, R0
+	BHS	rdone
+	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
+	ADD	R2, R0
+	B	rbody
+rdone:
 	RET
 
 // func dcacheCleanInvalidate(start, end uintptr)
 TEXT ·dcacheCleanInvalidate(SB),NOSPLIT,$0-8
 	MOVW	start+0(FP), R0
 	MOVW	end+4(FP), R1
-	BIC	$31, R0
+	LINE
+	BIC	R3, R0
 flush:
 	CMP	R1, R0
 	BHS	flushdone
 	MCR	15, 0, R0, C7, C14, 1	// DCCIMVAC
-	ADD	$32, R0
+	ADD	R2, R0
 	B	flush
 flushdone:
-	WORD	$0xf57ff04f		// DSB SY
 	RET
 
 // func dsb()

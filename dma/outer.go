@@ -12,8 +12,9 @@ type InnerCache interface {
 	Barrier()
 }
 
-// InnerLine is the maintenance step of the inner cache: the Cortex-A9's
-// 32-byte line (the Cortex-A7's 64-byte line is visited twice).
+// InnerLine is the granule TwoLevel rounds partial lines to: the
+// Cortex-A9's 32-byte line, which divides the Cortex-A7's 64 bytes.
+// (ARMv7Cache's loops step by the core's own line size, read from CTR.)
 const InnerLine = 32
 
 // TwoLevel is CacheOps for an inner cache with an optional PL310 outer

@@ -157,8 +157,14 @@ func (s *System) SyncForDevice(b *Buffer, off, n int, dir Dir) {
 
 // SyncForCPU implements Memory.
 func (s *System) SyncForCPU(b *Buffer, off, n int, dir Dir) {
+	if dir == ToDevice {
+		// Nothing to do: the CPU's lines were cleaned, not discarded, and
+		// the device only read. Checked first: the TX completion path
+		// calls this once per descriptor (dma/dmatest checks its ranges).
+		return
+	}
 	p := b.cpu[off : off+n]
-	if s.cfg.Cache == nil || s.uncached(b.tag) || len(p) == 0 || dir == ToDevice {
+	if s.cfg.Cache == nil || s.uncached(b.tag) || len(p) == 0 {
 		return
 	}
 	// Invalidate again after the transfer: the CPU may have speculatively

@@ -3,7 +3,6 @@ package fec
 import (
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -157,8 +156,9 @@ func (r *ring) at(i int) unsafe.Pointer { return unsafe.Pointer(&r.mem[i*r.size]
 // descriptor at d.
 func descWord(d unsafe.Pointer, w int) *uint32 { return (*uint32)(unsafe.Add(d, w)) }
 
-// load reads word w of descriptor i as the uDMA would: one 32-bit access.
-func (r *ring) load(i, w int) uint32 { return atomic.LoadUint32(r.word(i, w)) }
+// load reads word w of descriptor i with one 32-bit access (loadWord);
+// callers order the reads that depend on an ownership bit with rmb.
+func (r *ring) load(i, w int) uint32 { return loadWord(r.word(i, w)) }
 
 // store writes word w of descriptor i with one 32-bit access (storeWord);
 // callers order descriptor stores with Memory.Barrier before handing a

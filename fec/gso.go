@@ -78,12 +78,13 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 	var seg tso.Segment
 	posted := 0
 	for {
-		err := t.seg.Next(t.Slot(0), &seg)
+		slot := t.Slot(0)
+		err := t.seg.Next(slot, &seg)
 		if errors.Is(err, tso.ErrDone) {
 			break
 		}
 		if err == nil {
-			err = n.placeSegment(&seg)
+			err = n.placeSegment(&seg, slot)
 		}
 		var ext uint32
 		if seg.InsertIPCsum {
@@ -116,15 +117,14 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 	return nil
 }
 
-// placeSegment lays out a segment whose header is already in the slot of
-// the next descriptor. Segments shorter than the minimum frame are
+// placeSegment lays out a segment whose header is already in slot, the
+// slot of the next descriptor. Segments shorter than the minimum frame are
 // flattened into the slot and padded with zeros.
-func (n *NIC) placeSegment(seg *tso.Segment) error {
+func (n *NIC) placeSegment(seg *tso.Segment, slot []byte) error {
 	t := &n.tx
 	if seg.Len >= bounce.MinFrame {
-		return t.placer.PlaceAfterHeader(len(seg.Header), seg.Payload, t, &t.plan)
+		return t.placer.PlaceAfterHeaderIn(slot, len(seg.Header), seg.Payload, t, &t.plan)
 	}
-	slot := t.Slot(0)
 	o := len(seg.Header)
 	for _, p := range seg.Payload {
 		o += copy(slot[o:], p)

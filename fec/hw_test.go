@@ -587,12 +587,13 @@ func (w *barrierWatch) Barrier() {
 type doorbell struct {
 	*fectest.Model
 	w     *barrierWatch
+	reg   uint32 // the doorbell register watched (TDAR or RDAR)
 	kicks int
 	late  int // doorbells with descriptor stores after the last barrier
 }
 
 func (d *doorbell) Write32(off, v uint32) {
-	if off == fec.ENETx_TDAR && d.w.ring != nil {
+	if off == d.reg && d.w.ring != nil {
 		d.kicks++
 		if !bytes.Equal(d.w.snap, d.w.ring()) {
 			d.late++
@@ -607,7 +608,7 @@ func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
 		caps, _ := fec.CapsFor(fec.IMX6UL)
 		model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
 		w := &barrierWatch{Memory: mem}
-		db := &doorbell{Model: model, w: w}
+		db := &doorbell{Model: model, w: w, reg: fec.ENETx_TDAR}
 		const ring = 64
 		n, err := fec.New(fec.Config{Regs: db, Mem: w, Caps: caps, MAC: nicMAC, Strategy: bounce.SG, TxRing: ring, LegacyBD: legacy})
 		if err != nil {
@@ -638,6 +639,64 @@ func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
 		}
 		if db.kicks < 20 || db.late != 0 {
 			t.Fatalf("legacy %v: %d of %d TX doorbells came with descriptor stores after the last barrier", legacy, db.late, db.kicks)
+		}
+	}
+}
+
+// TestEveryRxDoorbellFollowsABarrier: every write of RDAR (after a
+// Receive, a DropNext or a DropRun) comes after a barrier that follows the
+// last RX descriptor store. A uDMA that reads a descriptor whose E is still
+// in the write buffer clears RDAR and stops receiving until the next write
+// (Linux's writel of RDAR carries that barrier). Fails if rxRing.kick's
+// barrier is removed.
+func TestEveryRxDoorbellFollowsABarrier(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		mem := dmatest.New(t, dmatest.Options{})
+		caps, _ := fec.CapsFor(fec.IMX6UL)
+		model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
+		w := &barrierWatch{Memory: mem}
+		db := &doorbell{Model: model, w: w, reg: fec.ENETx_RDAR}
+		const ring = 16
+		n, err := fec.New(fec.Config{Regs: db, Mem: w, Caps: caps, MAC: nicMAC, RxRing: ring, LegacyBD: legacy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Init()
+		size := fec.EnhancedDescSize
+		if legacy {
+			size = fec.LegacyDescSize
+		}
+		w.ring = func() []byte {
+			b, err := mem.Coherent(dma.Addr(model.Read32(fec.ENETx_RDSR)), ring*size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		rng := rand.New(rand.NewPCG(4, 4))
+		for i := 0; i < 10; i++ {
+			for k := 0; k < 6; k++ {
+				if !model.Deliver(randomFrame(rng, 80+20*k, nicMAC), fectest.RxOK) {
+					t.Fatalf("round %d: frame %d not delivered", i, k)
+				}
+			}
+			if m, _ := n.PeekRun(6, 2000, func(int, []byte, fec.CsumInfo) {}); m != 6 {
+				t.Fatalf("round %d: PeekRun showed %d of 6", i, m)
+			}
+			p, err := n.Receive()
+			if err != nil || p == nil {
+				t.Fatalf("round %d: Receive: %v %v", i, p, err)
+			}
+			p.Release()
+			if err := n.DropNext(); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.DropRun(4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if db.kicks < 30 || db.late != 0 {
+			t.Fatalf("legacy %v: %d of %d RX doorbells came with descriptor stores after the last barrier", legacy, db.late, db.kicks)
 		}
 	}
 }

@@ -131,3 +131,106 @@ func TestPeekStopsAtFramesReceiveMustReport(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// rdarCount counts writes of RDAR.
+type rdarCount struct {
+	*fectest.Model
+	n int
+}
+
+func (c *rdarCount) Write32(off, v uint32) {
+	if off == fec.ENETx_RDAR {
+		c.n++
+	}
+	c.Model.Write32(off, v)
+}
+
+// TestDropRunDropsShownFramesInOneGo: DropRun drops a run of frames PeekRun
+// showed with one RDAR write; asked for more frames than were shown, it
+// drops nothing and says so; frames received in between count as moved.
+func TestDropRunDropsShownFramesInOneGo(t *testing.T) {
+	var regs *rdarCount
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) {
+		c.RxRing = 16
+		regs = &rdarCount{Model: c.Regs.(*fectest.Model)}
+		c.Regs = regs
+	}})
+	rng := rand.New(rand.NewPCG(7, 8))
+	for round := 0; round < 10; round++ {
+		var frames [][]byte
+		for i := 0; i < 10; i++ {
+			f := randomFrame(rng, 60+rng.IntN(200), nicMAC)
+			if !r.Model.Deliver(f, fectest.RxOK) {
+				t.Fatalf("round %d frame %d: no descriptor (a dropped buffer was not given back)", round, i)
+			}
+			frames = append(frames, f)
+		}
+		if err := r.NIC.DropRun(1); !errors.Is(err, fec.ErrNotPeekable) {
+			t.Fatalf("round %d: DropRun before any peek: %v", round, err)
+		}
+		if m, _ := r.NIC.PeekRun(100, 2000, func(int, []byte, fec.CsumInfo) {}); m != len(frames) {
+			t.Fatalf("round %d: PeekRun showed %d", round, m)
+		}
+		if err := r.NIC.DropRun(len(frames) + 1); !errors.Is(err, fec.ErrNotPeekable) {
+			t.Fatalf("round %d: DropRun past the shown run: %v", round, err)
+		}
+		if b, _, st := r.NIC.Peek(0, 2000); st != fec.PeekFrame || !bytes.Equal(b, frames[0]) {
+			t.Fatalf("round %d: a failed DropRun dropped something", round)
+		}
+		kicks := regs.n
+		if err := r.NIC.DropRun(4); err != nil {
+			t.Fatalf("round %d: DropRun(4): %v", round, err)
+		}
+		if regs.n != kicks+1 {
+			t.Fatalf("round %d: DropRun(4) wrote RDAR %d times", round, regs.n-kicks)
+		}
+		p, err := r.NIC.Receive()
+		if err != nil || p == nil || !bytes.Equal(p.Data, frames[4]) {
+			t.Fatalf("round %d: Receive after the run: %v %v", round, p, err)
+		}
+		p.Release()
+		// Six frames were shown after the run; one was taken since.
+		if err := r.NIC.DropRun(6); !errors.Is(err, fec.ErrNotPeekable) {
+			t.Fatalf("round %d: DropRun of a taken frame: %v", round, err)
+		}
+		if err := r.NIC.DropRun(5); err != nil {
+			t.Fatalf("round %d: DropRun(5): %v", round, err)
+		}
+		if p, err := r.NIC.Receive(); p != nil || err != nil {
+			t.Fatalf("round %d: ring not empty after the drops: %v %v", round, p, err)
+		}
+		if err := r.NIC.DropRun(0); err != nil {
+			t.Fatalf("DropRun(0): %v", err)
+		}
+	}
+	if st := r.NIC.Stats().Rx; st.Skipped != 90 || st.Frames != 10 || st.Dropped() != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestDropAfterRestartDropsNothing: a restart (SetLink) between a peek and
+// the drop rebuilds the ring; a frame that arrives after it was never
+// looked at, and DropNext must not drop it in place of the one peeked.
+func TestDropAfterRestartDropsNothing(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{})
+	rng := rand.New(rand.NewPCG(9, 10))
+	r.Model.Deliver(randomFrame(rng, 100, nicMAC), fectest.RxOK)
+	if _, _, st := r.NIC.Peek(0, 2000); st != fec.PeekFrame {
+		t.Fatalf("Peek = %v", st)
+	}
+	if err := r.NIC.SetLink(fec.Link{Up: true, Speed: 100, FullDuplex: true}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := randomFrame(rng, 120, nicMAC)
+	if !r.Model.Deliver(fresh, fectest.RxOK) {
+		t.Fatal("no descriptor after the restart")
+	}
+	if err := r.NIC.DropNext(); !errors.Is(err, fec.ErrNotPeekable) {
+		t.Fatalf("DropNext after a restart: %v; want ErrNotPeekable", err)
+	}
+	p, err := r.NIC.Receive()
+	if err != nil || p == nil || !bytes.Equal(p.Data, fresh) {
+		t.Fatalf("the frame after the restart was lost: %v %v", p, err)
+	}
+	p.Release()
+}

@@ -3,7 +3,6 @@ package fec
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -99,13 +98,17 @@ func sizeClass(n int) int {
 }
 
 type rxRing struct {
-	mu        sync.Mutex
-	desc      dma.Buffer
-	r         ring
-	bufs      []dma.Buffer // buffer of each descriptor
-	spares    []dma.Buffer
-	cur       int
-	dropping  bool // inside a frame that spans buffers
+	mu       sync.Mutex
+	desc     dma.Buffer
+	r        ring
+	bufs     []dma.Buffer // buffer of each descriptor
+	spares   []dma.Buffer
+	cur      int
+	dropping bool // inside a frame that spans buffers
+	// shown counts the frames from cur on that Peek or PeekRun found good
+	// since they last moved: the frames DropRun may drop. A restart
+	// clears it, so a drop never meets a frame nobody looked at.
+	shown     int
 	posted    bool // buffers handed to the device once
 	closed    bool
 	copybreak int
@@ -184,26 +187,39 @@ func (r *rxRing) reset(n *NIC) {
 		r.fill(n, i)
 	}
 	r.posted = true
-	r.cur, r.dropping = 0, false
+	r.cur, r.dropping, r.shown = 0, false, 0
 }
 
-// fill hands descriptor i and its buffer to the uDMA. The extended words are
-// reset because the MAC (and QEMU, which never writes them) may leave stale
-// verdicts there.
+// fill hands descriptor i and its buffer to the uDMA: its other words,
+// a barrier, then its status word.
 func (r *rxRing) fill(n *NIC, i int) {
+	r.fillWords(n, i)
+	n.mem.Barrier()
+	r.publish(i)
+}
+
+// fillWords writes descriptor i's words other than the status word. The
+// extended words are reset because the MAC (and QEMU, which never writes
+// them) may leave stale verdicts there, and BDU (Table 22-35) must read 0
+// until the uDMA has finished its next frame. A Barrier must follow before
+// publish hands the descriptor over (Linux fec_main.c: dma_wmb before the
+// status word).
+func (r *rxRing) fillWords(n *NIC, i int) {
 	d := r.r.at(i)
-	storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	if n.enhanced {
-		storeWord(descWord(d, dwExt0), RXE_INT)
-		storeWord(descWord(d, dwExt1), 0)
-		storeWord(descWord(d, dwExt2), 0)
+		storeExt(d, uint32(r.bufs[i].Addr()), RXE_INT)
+	} else {
+		storeWord(descWord(d, dwAddr), uint32(r.bufs[i].Addr()))
 	}
+}
+
+// publish hands descriptor i to the uDMA (E, and W on the last one).
+func (r *rxRing) publish(i int) {
 	st := RX_E
 	if i == r.r.n-1 {
 		st |= RX_W
 	}
-	n.mem.Barrier()
-	storeWord(descWord(d, dwLenStatus), lenStatus(0, uint16(st)))
+	storeWord(descWord(r.r.at(i), dwLenStatus), lenStatus(0, uint16(st)))
 }
 
 // takeBack takes back descriptor i's whole buffer, which the uDMA may have
@@ -223,6 +239,18 @@ func (r *rxRing) takeBack(n *NIC, i int) {
 func (r *rxRing) repost(n *NIC, i int) {
 	r.fill(n, i)
 	r.cur = r.r.add(i, 1)
+	if r.shown > 0 {
+		r.shown--
+	}
+	r.kick(n)
+}
+
+// kick tells the uDMA that empty descriptors wait (RDAR, 22.5.13). The
+// status words just written reach memory first: a uDMA that reads a
+// descriptor still not empty clears RDAR and stops receiving until the
+// next write (Linux's writel of RDAR carries a write barrier, __iowmb).
+func (r *rxRing) kick(n *NIC) {
+	n.mem.Barrier()
 	n.regs.Write32(ENETx_RDAR, DAR_ACTIVE)
 }
 
@@ -271,6 +299,7 @@ func (n *NIC) Receive() (*Packet, error) {
 		length := int(ls & 0xFFFF)
 		var e0, e1 uint32
 		if n.enhanced {
+			rmb() // the verdicts are read after BDU (see peekable)
 			e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
 		}
 		if st&RX_L == 0 {
@@ -443,6 +472,9 @@ func (n *NIC) Peek(k, max int) (data []byte, csum CsumInfo, st PeekState) {
 	}
 	i := r.r.add(r.cur, k)
 	length, off, e0, e1, st := r.peekable(n, i)
+	if st == PeekFrame && k == r.shown {
+		r.shown = k + 1
+	}
 	if st != PeekFrame || length-4-off > max {
 		r.mu.Unlock()
 		return nil, CsumInfo{}, st
@@ -475,11 +507,9 @@ func (n *NIC) PeekRun(limit, max int, show func(k int, data []byte, csum CsumInf
 	i := r.cur
 	for m = 0; m < limit; m++ {
 		length, off, e0, e1, st := r.peekable(n, i)
-		if st != PeekFrame {
+		if st != PeekFrame || length-4-off > max {
+			r.showRun(m)
 			return m, st
-		}
-		if length-4-off > max {
-			return m, PeekFrame
 		}
 		b := &r.bufs[i]
 		n.mem.SyncForCPU(b, 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
@@ -487,7 +517,15 @@ func (n *NIC) PeekRun(limit, max int, show func(k int, data []byte, csum CsumInf
 		show(m, b.Bytes()[off:length-4], csum)
 		i = r.r.add(i, 1)
 	}
+	r.showRun(m)
 	return m, PeekFrame
+}
+
+// showRun records that the m frames from cur on were found good.
+func (r *rxRing) showRun(m int) {
+	if m > r.shown {
+		r.shown = m
+	}
 }
 
 // peekable reports whether descriptor i holds a good frame, one Receive
@@ -499,7 +537,7 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	d := r.r.at(i)
-	ls := atomic.LoadUint32(descWord(d, dwLenStatus))
+	ls := loadWord(descWord(d, dwLenStatus))
 	rs := RxStatus(ls >> 16)
 	if rs&RX_E != 0 {
 		return 0, 0, 0, 0, PeekNone
@@ -508,10 +546,17 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	if n.enhanced {
-		if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+		if loadWord(descWord(d, dwExt2))&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
-		e0, e1 = atomic.LoadUint32(descWord(d, dwExt0)), atomic.LoadUint32(descWord(d, dwExt1))
+		// The uDMA writes the enhanced words before it sets BDU, but the
+		// ring is Normal memory, whose loads ARMv7 may perform in any
+		// order: without a barrier the verdicts could be read from before
+		// the update BDU announces (Linux orders descriptor reads after an
+		// ownership check with dma_rmb, e.g. mlx5_cqwq_get_cqe). The frame
+		// bytes need no more: SyncForCPU ends with a DSB.
+		rmb()
+		e0, e1 = loadWord(descWord(d, dwExt0)), loadWord(descWord(d, dwExt1))
 	}
 	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
 		return 0, 0, 0, 0, PeekOther
@@ -527,26 +572,50 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 }
 
 // DropNext drops the frame Receive would return next, which the caller
-// has seen with Peek: its buffer goes straight back to the uDMA, without a
-// copy and without a Packet. It is counted in RxStats.Skipped (and not in
-// Frames). It fails, dropping nothing, when that frame is not one Peek
-// shows (ErrNotPeekable) or the ring is closed.
-func (n *NIC) DropNext() error {
+// has seen with Peek or PeekRun: DropRun(1).
+func (n *NIC) DropNext() error { return n.DropRun(1) }
+
+// DropRun drops the next k frames Receive would return, all of which Peek
+// (k = 0, 1, ... in order) or PeekRun showed since they last moved: their
+// buffers go straight back to the uDMA, without a copy and without a
+// Packet, under one lock, with one barrier before the status words and
+// one before a single RDAR write. They are counted in RxStats.Skipped (and
+// not in Frames). It drops nothing and fails with ErrNotPeekable when
+// fewer than k frames are known good (none was peeked, a restart since
+// the peek rebuilt the ring, or they were taken), and with ErrClosed on a
+// closed ring.
+func (n *NIC) DropRun(k int) error {
 	r := &n.rx
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
-		r.mu.Unlock()
 		return ErrClosed
 	}
-	i := r.cur
-	length, _, _, _, st := r.peekable(n, i)
-	if st != PeekFrame {
-		r.mu.Unlock()
-		return ErrNotPeekable
+	if k <= 0 || k > r.shown {
+		if k == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: %d frames to drop, %d shown", ErrNotPeekable, k, r.shown)
 	}
-	n.mem.SyncForDevice(&r.bufs[i], 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
-	r.stats.Skipped++
-	r.repost(n, i)
-	r.mu.Unlock()
+	// Each frame was found good (E clear, BDU set) by the peek that
+	// counted it, and the uDMA never writes a descriptor with E clear:
+	// its length is still what the peek synced for the CPU.
+	i := r.cur
+	for j := 0; j < k; j++ {
+		length := int(r.r.load(i, dwLenStatus) & 0xFFFF)
+		n.mem.SyncForDevice(&r.bufs[i], 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
+		r.fillWords(n, i)
+		i = r.r.add(i, 1)
+	}
+	n.mem.Barrier()
+	i = r.cur
+	for j := 0; j < k; j++ {
+		r.publish(i)
+		i = r.r.add(i, 1)
+	}
+	r.cur = i
+	r.shown -= k
+	r.stats.Skipped += uint64(k)
+	r.kick(n)
 	return nil
 }

@@ -6,3 +6,27 @@ TEXT ·storeWord(SB), NOSPLIT, $0-8
 	MOVW	v+4(FP), R1
 	MOVW	R1, (R0)
 	RET
+
+// func loadWord(p *uint32) uint32
+TEXT ·loadWord(SB), NOSPLIT, $0-8
+	MOVW	p+0(FP), R0
+	MOVW	(R0), R1
+	MOVW	R1, ret+4(FP)
+	RET
+
+// func rmb()
+TEXT ·rmb(SB), NOSPLIT, $0-0
+	WORD	$0xf57ff053	// DMB OSH
+	RET
+
+// func storeExt(d unsafe.Pointer, addr, ext0 uint32)
+TEXT ·storeExt(SB), NOSPLIT, $0-12
+	MOVW	d+0(FP), R0
+	MOVW	addr+4(FP), R1
+	MOVW	ext0+8(FP), R2
+	MOVW	$0, R3
+	MOVW	R1, 4(R0)	// dwAddr
+	MOVW	R2, 8(R0)	// dwExt0
+	MOVW	R3, 12(R0)	// dwExt1
+	MOVW	R3, 16(R0)	// dwExt2
+	RET

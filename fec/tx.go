@@ -3,7 +3,6 @@ package fec
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/bounce"
@@ -341,11 +340,10 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 			st |= TX_W
 		}
 		d := t.r.at(i)
-		storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		if n.enhanced {
-			storeWord(descWord(d, dwExt0), e)
-			storeWord(descWord(d, dwExt1), 0)
-			storeWord(descWord(d, dwExt2), 0)
+			storeExt(d, uint32(sl.addr), e)
+		} else {
+			storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		}
 		if j == 0 {
 			n.mem.Barrier()
@@ -421,7 +419,7 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 	for t.inFlight > 0 {
 		i := t.dirty
 		d := t.r.at(i)
-		ls := atomic.LoadUint32(descWord(d, dwLenStatus))
+		ls := loadWord(descWord(d, dwLenStatus))
 		if TxStatus(ls>>16)&TX_R != 0 {
 			break
 		}
@@ -429,10 +427,11 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 		if t.slots[i].last && n.enhanced {
 			// R may clear before the error status and BDU are written
 			// (Table 22-37): wait for BDU before reading the frame's status.
-			if atomic.LoadUint32(descWord(d, dwExt2))&BDU == 0 {
+			if loadWord(descWord(d, dwExt2))&BDU == 0 {
 				break
 			}
-			if e := atomic.LoadUint32(descWord(d, dwExt0)); e&TXE_TXE != 0 {
+			rmb() // the error status is read after BDU (see rxRing.peekable)
+			if e := loadWord(descWord(d, dwExt0)); e&TXE_TXE != 0 {
 				err = t.txError(e)
 			}
 		}

@@ -46,6 +46,15 @@ type ackKey struct {
 	v6       uint32
 }
 
+// same reports a == b word by word, ports first (they differ first between
+// connections): == on the 40-byte key is a runtime.memequal call on
+// GOARM=7, made for almost every ACK of a batch.
+func (a *ackKey) same(b *ackKey) bool {
+	return a.ports == b.ports && a.src[0] == b.src[0] && a.dst[0] == b.dst[0] && a.v6 == b.v6 &&
+		a.src[1] == b.src[1] && a.src[2] == b.src[2] && a.src[3] == b.src[3] &&
+		a.dst[1] == b.dst[1] && a.dst[2] == b.dst[2] && a.dst[3] == b.dst[3]
+}
+
 // pureACK is what filtering needs of a frame.
 type pureACK struct {
 	ok  bool // a pure ACK that may be dropped or may replace others
@@ -198,7 +207,7 @@ func filterSlots(slots []ackSlot, trusted func(int) bool) int {
 			continue
 		}
 		k := 0
-		for k < nb && slots[best[k]].key != si.key {
+		for k < nb && !slots[best[k]].key.same(&si.key) {
 			k++
 		}
 		switch {
@@ -220,7 +229,7 @@ func filterSlots(slots []ackSlot, trusted func(int) bool) int {
 		// The full comparison with every later frame.
 		for j := len(slots) - 1; j > i; j-- {
 			sj := &slots[j]
-			if sj.ok && sj.key == si.key && seqAfter(sj.ack, si.ack) && trust(j) {
+			if sj.ok && sj.key.same(&si.key) && seqAfter(sj.ack, si.ack) && trust(j) {
 				si.drop = true
 				n++
 				break

@@ -1,7 +1,9 @@
 package netstack
 
 import (
+	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
@@ -207,4 +209,26 @@ func FuzzClassifyACK(f *testing.F) {
 			t.Fatalf("filterable but flags %#x, data offset %d of %d bytes", tcp[13], tcp[12]>>4, len(tcp))
 		}
 	})
+}
+
+// TestAckKeySameIsEquality: ackKey.same agrees with == for equal keys and
+// for keys that differ in any one word.
+func TestAckKeySameIsEquality(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for iter := 0; iter < 2000; iter++ {
+		var a ackKey
+		w := (*[10]uint32)(unsafe.Pointer(&a))
+		for i := range w {
+			w[i] = rng.Uint32()
+		}
+		b := a
+		if !a.same(&b) || a != b {
+			t.Fatalf("equal keys: same %v", a.same(&b))
+		}
+		wb := (*[10]uint32)(unsafe.Pointer(&b))
+		wb[iter%10] ^= 1 << (iter % 32)
+		if a.same(&b) || a == b {
+			t.Fatalf("keys differing in word %d: same %v", iter%10, a.same(&b))
+		}
+	}
 }

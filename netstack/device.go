@@ -122,7 +122,9 @@ type RxPeeker interface {
 	// which. Each out[k].B stays valid, and must not be written, until
 	// that frame is taken (Receive) or dropped (DropRx).
 	PeekRun(out []PeekedRx, max int) (m int, r PeekResult)
-	// DropRx drops the frame Receive would return next, one PeekRun
-	// showed, and gives its memory straight back to the device.
-	DropRx() error
+	// DropRx drops the next k frames Receive would return, all of
+	// which PeekRun showed, and gives their memory straight back to the
+	// device in one go. It drops nothing and fails when the device no
+	// longer shows k such frames (a restart since the PeekRun).
+	DropRx(k int) error
 }

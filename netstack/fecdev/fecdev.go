@@ -104,6 +104,6 @@ func (d *Device) PeekRun(out []netstack.PeekedRx, max int) (int, netstack.PeekRe
 }
 
 // DropRx implements netstack.RxPeeker.
-func (d *Device) DropRx() error { return d.NIC.DropNext() }
+func (d *Device) DropRx(k int) error { return d.NIC.DropRun(k) }
 
 var _ netstack.RxPeeker = (*Device)(nil)
