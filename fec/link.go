@@ -139,7 +139,7 @@ func (n *NIC) applyLink(l Link) error {
 		return fmt.Errorf("fec: %s has no 1000 Mb/s mode", n.cfg.Caps.Name)
 	}
 	n.ctl.Lock()
-	defer n.ctl.Unlock()
+	defer n.unlockCtl()
 	was := n.link
 	switch {
 	case !l.Up:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +235,49 @@ func TestStartLinkEdgeCases(t *testing.T) {
 	}
 	if v, _ := r.NIC.MDIORead(2, 0x1F); v != 0x80 {
 		t.Fatalf("vendor register %#x", v)
+	}
+}
+
+// TestAbortedFramesReportedWithoutLocks: frames a restart aborts (a link
+// change reprograms the MAC, as does SetLink) are reported to OnTxDone
+// after the driver's locks are released, as Config.OnTxDone promises: a
+// callback that asks the NIC for its link or statistics must not
+// deadlock (it did while ctl was held across the restart).
+func TestAbortedFramesReportedWithoutLocks(t *testing.T) {
+	var nic *fec.NIC
+	var aborted atomic.Int64
+	r := fectest.NewRig(t, fectest.RigOptions{
+		Model: func(o *fectest.Options) { o.AsyncTx = true }, // the uDMA never takes the frames
+		Config: func(c *fec.Config) {
+			c.OnTxDone = func(_ any, err error) {
+				_ = nic.Link()
+				_ = nic.Stats()
+				if errors.Is(err, fec.ErrAborted) {
+					aborted.Add(1)
+				}
+			}
+		}})
+	nic = r.NIC
+	f := make([]byte, 100)
+	f[0] = 2
+	copy(f[6:], []byte{2, 0, 0, 0, 0, 1})
+	f[12], f[13] = 0x88, 0xB5
+	for i := 0; i < 3; i++ {
+		if err := nic.Transmit([][]byte{f}, fec.TxOptions{}, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- nic.SetLink(fec.Link{Up: true, Speed: 10, FullDuplex: true}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetLink did not return: OnTxDone ran with a driver lock held and deadlocked")
+	}
+	if got := aborted.Load(); got != 3 {
+		t.Fatalf("%d frames reported aborted, want 3", got)
 	}
 }

@@ -109,10 +109,13 @@ type NIC struct {
 	// whole Caps struct each time (a runtime.duffcopy call on GOARM=7).
 	csum, err007885 bool
 
-	ctl    sync.Mutex // serialises restart and MDIO against each other
-	link   Link
-	mcast  [2]uint32 // GAUR, GALR
-	closed bool
+	ctl sync.Mutex // serialises restart and MDIO against each other
+	// aborted holds the completions of frames a restart aborted while ctl
+	// was held, for unlockCtl to report once ctl is released.
+	aborted *[]txDone
+	link    Link
+	mcast   [2]uint32 // GAUR, GALR
+	closed  bool
 
 	tx txRing
 	rx rxRing
@@ -200,7 +203,7 @@ func (n *NIC) MAC() [6]byte { return n.cfg.MAC }
 // link set), with rings empty.
 func (n *NIC) Init() error {
 	n.ctl.Lock()
-	defer n.ctl.Unlock()
+	defer n.unlockCtl()
 	if n.link.Speed == 0 {
 		n.link = Link{Up: true, Speed: 100, FullDuplex: true}
 	}
@@ -214,7 +217,7 @@ func (n *NIC) SetLink(l Link) error {
 		return fmt.Errorf("fec: %s has no 1000 Mb/s mode", n.cfg.Caps.Name)
 	}
 	n.ctl.Lock()
-	defer n.ctl.Unlock()
+	defer n.unlockCtl()
 	n.link = l
 	return n.restartLocked()
 }
@@ -229,14 +232,40 @@ func (n *NIC) Link() Link {
 // restartLocked follows Linux's fec_restart order (reset, address, events,
 // rings, ring registers, TCR, MSCR, RACC/FTRL, RCR, filters, TFWR, MIB,
 // ECR, RDAR, EIMR). Called with ctl held; takes the TX and RX locks.
+//
+// The frames it aborts are reported by unlockCtl, after ctl is released:
+// OnTxDone runs without driver locks held, so it may call Stats, Link or
+// Transmit (a link change restarts the MAC from the link poll).
 func (n *NIC) restartLocked() error {
 	n.tx.mu.Lock()
 	n.rx.mu.Lock()
 	done := n.restartRingsLocked()
 	n.rx.mu.Unlock()
 	n.tx.mu.Unlock()
-	n.complete(done)
+	n.deferDone(done)
 	return nil
+}
+
+// deferDone keeps completions taken while ctl is held for unlockCtl.
+func (n *NIC) deferDone(done *[]txDone) {
+	switch {
+	case done == nil:
+	case n.aborted == nil:
+		n.aborted = done
+	default:
+		*n.aborted = append(*n.aborted, *done...)
+		clear(*done)
+		*done = (*done)[:0]
+		n.tx.pool.Put(done)
+	}
+}
+
+// unlockCtl releases ctl, then reports the completions a restart deferred.
+func (n *NIC) unlockCtl() {
+	done := n.aborted
+	n.aborted = nil
+	n.ctl.Unlock()
+	n.complete(done)
 }
 
 func (n *NIC) restartRingsLocked() *[]txDone {
@@ -363,7 +392,7 @@ func (n *NIC) rcr() uint32 {
 // Packets still held by the caller stay valid until released.
 func (n *NIC) Close() error {
 	n.ctl.Lock()
-	defer n.ctl.Unlock()
+	defer n.unlockCtl()
 	if n.closed {
 		return ErrClosed
 	}
@@ -375,7 +404,7 @@ func (n *NIC) Close() error {
 	done := n.tx.takeDone()
 	err := n.tx.free(n)
 	n.tx.mu.Unlock()
-	n.complete(done)
+	n.deferDone(done)
 	n.rx.mu.Lock()
 	err = errors.Join(err, n.rx.free(n))
 	n.rx.mu.Unlock()
@@ -441,7 +470,7 @@ func (n *NIC) service(ev uint32) (Events, error) {
 		n.ctl.Lock()
 		n.ev.busErrors++
 		err := n.restartLocked()
-		n.ctl.Unlock()
+		n.unlockCtl()
 		return Events(ev), errors.Join(ErrBusError, err)
 	}
 	n.Reclaim()
