@@ -19,7 +19,8 @@
 //
 // The ENET's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware BOARD=... IP=10.0.0.1/24 GATEWAY=10.0.0.2.
-// The ConnectX's is set at build time: -ldflags "-X main.CXIP=10.0.3.1/24".
+// The ConnectX's is set at build time: make firmware BOARD=sabrelite CX_IP=10.0.3.1/24
+// (-ldflags "-X main.CXIP=...").
 package main
 
 import (
