@@ -238,6 +238,15 @@ func checkSabreLite(t *testing.T, m *Machine) {
 	if !strings.Contains(m.Console(), "BOARD l2=false timer_hz=100000000") {
 		t.Errorf("console has no BOARD line:\n%s", m.Console())
 	}
+	// QEMU's sabrelite has no PCIe: the link times out, one line says
+	// there is no ConnectX, and /stats reports the link's error.
+	if c := strings.Count(m.Console(), "CONNECTX"); c != 1 || !strings.Contains(m.Console(), "CONNECTX none: no PCIe link (pcie: i.MX6Q link gen1:") {
+		t.Errorf("want one CONNECTX none line for the untrained link:\n%s", m.Console())
+	}
+	p, _ := nic["pcie"].(map[string]any)
+	if e, _ := p["error"].(string); p == nil || p["link_up"] != false || !strings.Contains(e, "link did not come up") || nic["connectx"] != nil {
+		t.Errorf("/stats nic.pcie %v, nic.connectx %v", p, nic["connectx"])
+	}
 }
 
 func pcieReport(t *testing.T, m *Machine) map[string]any {

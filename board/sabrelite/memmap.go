@@ -6,7 +6,12 @@ const (
 	RAMStart  = 0x10000000
 	GoRAMSize = 480 << 20
 	DMAStart  = RAMStart + GoRAMSize
-	DMASize   = 32 << 20
+	// DMASize is 96 MiB: a ConnectX-4 Lx asks for about 12,900 firmware
+	// pages (about 50 MiB) at initialisation (QUERY_PAGES), given from
+	// this region besides the ENET's rings and buffers and the card's
+	// own; with 32 MiB such a card could not be brought up. The SABRE
+	// Lite has 1 GiB of DDR; 448 MiB stay above the region.
+	DMASize = 96 << 20
 	// CoherentSize of the DMA region holds descriptor rings; the rest
 	// holds driver buffers.
 	CoherentSize = 1 << 20
@@ -18,6 +23,7 @@ const (
 	CCMBase         = 0x020C4000
 	AnatopBase      = 0x020C8000
 	ENETBase        = 0x02188000
+	IOMUXCBase      = 0x020E0000 // IOMUXC; its GPR registers start at offset 0
 
 	CCM_CACRR = 0x10 // ARM_PODF [2:0] (RM 18.6.2)
 	CCM_CCGR1 = 0x6C // CG5 [11:10]: enet_clk_enable (RM 18.6.24)

@@ -10,9 +10,10 @@
 // shared with the other boards.
 //
 // Memory: DDR starts at 0x1000_0000 (1 GiB on the SABRE Lite). The Go
-// runtime gets the first 480 MiB, the 32 MiB above it are the DMA region,
-// which TamaGo's MMU setup maps uncached (everything outside the runtime's
-// RAM is a device region); the rest is unused. Go heap memory that TX maps
+// runtime gets the first 480 MiB, the 96 MiB above it are the DMA region
+// (sized for a ConnectX's firmware pages), which TamaGo's MMU setup maps
+// uncached (everything outside the runtime's RAM is a device region); the
+// rest is unused. Go heap memory that TX maps
 // in place is cleaned through L1 then the PL310 (dma.ARMv7Cache with
 // Outer set).
 //
@@ -87,23 +88,30 @@ func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }
 // spent in the driver's handler.
 func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 
-// Memory returns the DMA memory of the board. The region is mapped
+var memory *dma.System
+
+// Memory returns the DMA memory of the board (one instance: the ENET and
+// a PCIe card share it). The region is mapped
 // uncached by TamaGo, so its Cached part is declared Uncached; Go heap
 // memory TX maps in place is maintained by address range through L1 and,
 // when it is on, the PL310 (clean inner then outer, invalidate outer
 // then inner).
 func Memory() *dma.System {
+	if memory != nil {
+		return memory
+	}
 	c := dma.ARMv7Cache{}
 	if l2On {
 		c.Outer = &dma.PL310{Regs: mmio.Block{Base: PL310Base}}
 	}
-	return dma.NewSystem(dma.SystemConfig{
+	memory = dma.NewSystem(dma.SystemConfig{
 		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
 		Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
 			Uncached: true},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: c,
 	})
+	return memory
 }
 
 // PHYInfo is what SetupPHY found, for the console and /stats.

@@ -35,6 +35,7 @@ import (
 	"github.com/tamanic/tamanic/board/mcimx7d"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/firmware/internal/cxnic"
 	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/pcie"
@@ -63,41 +64,11 @@ var (
 // bounce mode). Copybreak does not apply (every frame is copied once by
 // the endpoint, its buffer refilled at once).
 type e1000eControls struct {
-	hwTSOMode
+	cxnic.HWTSOMode
 	nic  *e1000e.NIC
 	ep   *netstack.Endpoint
 	irqs func() (n, ns int64)
 }
-
-// hwTSOMode is the Controls mode switch of a NIC that segments in
-// hardware: "tso" turns host GSO (hardware TSO/LSO) on for connections
-// established from now on, "sg" turns it off; there is no bounce mode and
-// no copybreak.
-type hwTSOMode struct {
-	name string
-	ep   *netstack.Endpoint
-}
-
-func (c hwTSOMode) SetMode(tx string, _ *int) error {
-	switch tx {
-	case "tso":
-		c.ep.SetTSO(true)
-	case "sg":
-		c.ep.SetTSO(false)
-	default:
-		return fmt.Errorf("%s: unknown tx mode %q (want sg or tso)", c.name, tx)
-	}
-	return nil
-}
-
-func (c hwTSOMode) Mode() (string, int) {
-	if c.ep.TSO() {
-		return "tso", 0
-	}
-	return "sg", 0
-}
-
-func (hwTSOMode) IdleNanoseconds() int64 { return mcimx7d.IdleNanoseconds() }
 
 // e1000eStats is the 82574L's /stats member: the driver's counters, the
 // endpoint's, the statistics registers, the link and interrupts.
@@ -153,7 +124,7 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	}
 	// The e1000e's subnet first; the default route stays on ENET1.
 	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: 2}}, s.GetRouteTable()...))
-	c := &e1000eControls{hwTSOMode: hwTSOMode{"e1000e", ep}, nic: nic, ep: ep, irqs: irqs}
+	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs}
 	srv := &app.Server{Stack: s, NIC: 2, Addr: a4, Ctl: c, Boot: boot}
 	if err := srv.Start(); err != nil {
 		return nil, err
@@ -169,7 +140,7 @@ func main() {
 		rc  *pcie.RC
 		rep mcimx7d.PCIeReport
 		e1  *e1000eControls
-		cx  *cxControls
+		cx  *cxnic.Controls
 	)
 	fwmain.Run(fwmain.Board{
 		Init: func() error {
@@ -222,7 +193,7 @@ func printPCIe(rep mcimx7d.PCIeReport) {
 // attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the
 // bus to s, each with its own services. Their errors are reported on the
 // console, not fatal: ENET1 still serves.
-func attach(s *stack.Stack, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxControls) {
+func attach(s *stack.Stack, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxnic.Controls) {
 	if rc == nil {
 		fmt.Println("CONNECTX none: no PCIe root complex")
 		return nil, nil

@@ -7,20 +7,48 @@
 // PHY, link) and "READY ip=... mac=... mode=..." on the console (UART2)
 // when serving; /stats has the board's state under nic.board.
 //
-// The address comes by DHCP, or is static when built so (see
+// On silicon the PCIe root complex is brought up first (its link and
+// devices on "PCIE ..." lines and in /stats under nic.pcie). When a
+// ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the bus it
+// becomes NIC 2 of the stack, polled, with its own address and services
+// (firmware/internal/cxnic); /stats reports it under nic.connectx
+// ("CONNECTX ip=... transport=pcie-15b3" on the console). Otherwise one
+// "CONNECTX none: ..." line says why: under QEMU, whose sabrelite machine
+// has no PCIe, no link, or no such function on the bus. The ENET serves
+// in every case.
+//
+// The ENET's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware BOARD=... IP=10.0.0.1/24 GATEWAY=10.0.0.2.
+// The ConnectX's is set at build time: make firmware BOARD=sabrelite CX_IP=10.0.3.1/24
+// (-ldflags "-X main.CXIP=...").
 package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tamanic/tamanic/board/sabrelite"
+	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/firmware/internal/cxnic"
 	"github.com/tamanic/tamanic/firmware/internal/fwmain"
+	"github.com/tamanic/tamanic/pcie"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
-var Mode = "tso"
+// Build-time settings.
+var (
+	// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
+	Mode = "tso"
+	// CXIP is the ConnectX interface's address and prefix.
+	CXIP = "10.0.3.1/24"
+	// CXMode is its initial TX mode: "tso" (the card segments: LSO) or
+	// "sg" (no LSO; checksums still offloaded).
+	CXMode = "tso"
+)
+
+// cxNIC is the ConnectX's NIC ID in the stack (the ENET is 1).
+const cxNIC = 2
 
 // boardState is what /stats reports of the board.
 type boardState struct {
@@ -36,9 +64,23 @@ type boardState struct {
 }
 
 func main() {
-	var st boardState
+	var (
+		st  boardState
+		rc  *pcie.RC
+		rep sabrelite.PCIeReport
+		cx  *cxnic.Controls
+	)
 	fwmain.Run(fwmain.Board{
-		Init: sabrelite.Init,
+		Init: func() error {
+			if err := sabrelite.Init(); err != nil {
+				return err
+			}
+			rc, rep = sabrelite.PCIe()
+			if rep.LinkUp {
+				printPCIe(rep)
+			}
+			return nil
+		},
 		ENET: func(cfg fec.Config) (*fec.NIC, error) {
 			n, phy, err := sabrelite.ENET(cfg)
 			if err != nil {
@@ -52,7 +94,17 @@ func main() {
 			return n, nil
 		},
 		Nanotime: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds, Interrupts: sabrelite.Interrupts,
-		Stats: func() map[string]any { return map[string]any{"board": st} },
+		Attach: func(s *stack.Stack, boot time.Time) error {
+			cx = attach(s, rc, rep, boot)
+			return nil
+		},
+		Stats: func() map[string]any {
+			m := map[string]any{"board": st, "pcie": rep}
+			if cx != nil {
+				m["connectx"] = cx.Stats()
+			}
+			return m
+		},
 		Line: func() string {
 			s := fmt.Sprintf("BOARD l2=%v timer_hz=%d phy_id=%#08x link=%s", st.L2, st.TimerHz, st.PHYID, st.Link)
 			if st.PHYError != "" {
@@ -61,4 +113,51 @@ func main() {
 			return s
 		},
 	}, fwmain.Settings{Mode: Mode})
+}
+
+// printPCIe lists the root complex's link and devices on the console.
+func printPCIe(rep sabrelite.PCIeReport) {
+	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
+	if rep.Error != "" {
+		fmt.Printf(" error=%q", rep.Error)
+	}
+	fmt.Println()
+	for _, d := range rep.Devices {
+		fmt.Printf("PCIE %s %04x:%04x class=%06x", d.BDF, d.Vendor, d.Device, d.Class)
+		for _, b := range d.BARs {
+			fmt.Printf(" bar%d=%#x/%#x", b.Index, b.Addr, b.Size)
+		}
+		for _, p := range d.Problems {
+			fmt.Printf(" problem=%q", p)
+		}
+		fmt.Println()
+	}
+}
+
+// attach adds the ConnectX found on rc's bus to s as NIC 2 with its own
+// services. Its absence or its error is one line on the console, not
+// fatal: the ENET still serves.
+func attach(s *stack.Stack, rc *pcie.RC, rep sabrelite.PCIeReport, boot time.Time) *cxnic.Controls {
+	if rc == nil {
+		fmt.Printf("CONNECTX none: no PCIe link (%s)\n", rep.Error)
+		return nil
+	}
+	d := sabrelite.FindConnectX(rc.Devices())
+	if d == nil {
+		fmt.Println("CONNECTX none: no Mellanox 15b3 mlx5 function on the bus")
+		return nil
+	}
+	cx, err := cxnic.Add(s, cxnic.Options{NIC: cxNIC, IP: CXIP, Mode: CXMode, Clock: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds},
+		func() (cxnic.Card, error) {
+			nic, w, err := sabrelite.ConnectX(rc, d, connectx.Config{})
+			if err != nil {
+				return cxnic.Card{}, err
+			}
+			return cxnic.Card{NIC: nic, Window: w, Transport: sabrelite.TransportPCIe, BDF: d.BDF, BAR0: d.BARs[0].Addr}, nil
+		}, boot)
+	if err != nil {
+		fmt.Printf("CONNECTX error=%q\n", err.Error())
+		return nil
+	}
+	return cx
 }
