@@ -354,6 +354,7 @@ func (n *NIC) restartRingsLocked() *[]txDone {
 		ecr |= ECR_SPEED
 	}
 	r.Write32(ENETx_ECR, ecr)
+	n.mem.Barrier() // the RX descriptors published before RDAR (writel's barrier)
 	r.Write32(ENETx_RDAR, DAR_ACTIVE)
 	var eimr uint32
 	if n.cfg.Interrupts {

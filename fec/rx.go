@@ -549,12 +549,15 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		if loadWord(descWord(d, dwExt2))&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
-		// The uDMA writes the enhanced words before it sets BDU, but the
-		// ring is Normal memory, whose loads ARMv7 may perform in any
-		// order: without a barrier the verdicts could be read from before
-		// the update BDU announces (Linux orders descriptor reads after an
-		// ownership check with dma_rmb, e.g. mlx5_cqwq_get_cqe). The frame
-		// bytes need no more: SyncForCPU ends with a DSB.
+		// The uDMA writes the enhanced words before it sets BDU. TamaGo
+		// maps the rings strongly ordered, whose loads are neither
+		// reordered nor speculated, so this barrier costs little and
+		// matters only where a board maps its rings Normal non-cacheable,
+		// whose loads ARMv7 may perform in any order: without it the
+		// verdicts could be read from before the update BDU announces
+		// (Linux orders descriptor reads after an ownership check with
+		// dma_rmb, e.g. mlx5_cqwq_get_cqe). The frame bytes need no more:
+		// SyncForCPU ends with a DSB.
 		rmb()
 		e0, e1 = loadWord(descWord(d, dwExt0)), loadWord(descWord(d, dwExt1))
 	}

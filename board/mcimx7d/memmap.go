@@ -27,7 +27,7 @@ const (
 
 	// ENET1IRQ0 is ENET1's "int0", SPI 120: on silicon ring 0's frame
 	// events and the MAC's events (bus error, MII) come on it (Linux
-	// imx7d.dtsi fec1 interrupts: SPI 120 int0, 118 int1, 119 int2, 121
+	// imx7s.dtsi fec1 interrupts: SPI 120 int0, 118 int1, 119 int2, 121
 	// pps). QEMU 7.2 wires ENET1's one interrupt to SPI 118 instead and
 	// never raises 120. Both are taken, each to the same handler, as Linux
 	// requests each of the MAC's lines for its one interrupt handler.
