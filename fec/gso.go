@@ -77,6 +77,7 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 	}
 	var seg tso.Segment
 	posted := 0
+	t.holding, t.held = true, -1
 	for {
 		slot := t.Slot(0)
 		err := t.seg.Next(slot, &seg)
@@ -104,15 +105,18 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 				i := t.r.add(t.cur, t.r.n-1)
 				t.slots[i].last, t.slots[i].cookie = true, cookie
 				t.slots[i].err = fmt.Errorf("%w after %d of %d segments: %v", ErrGSOPartial, posted, t.seg.Count(), err)
+				n.publishHeld()
 				n.kickTx()
 				return nil
 			}
+			t.holding, t.held = false, -1
 			return fmt.Errorf("fec: GSO segment 0: %w", err)
 		}
 		posted++
 	}
 	t.stats.GSOPackets++
 	t.stats.GSOSegments += uint64(posted)
+	n.publishHeld()
 	n.kickTx()
 	return nil
 }

@@ -60,9 +60,17 @@ type txRing struct {
 	placer               bounce.Placer
 	plan                 bounce.Plan
 	seg                  tso.Segmenter
-	done                 []txDone  // completions not yet delivered
-	pool                 sync.Pool // of *[]txDone: delivery buffers swapped in for done
-	stats                TxStats
+	// While a GSO packet is built (holding), post leaves the status word
+	// of the packet's first descriptor unwritten: held, its index, and
+	// heldLS, the word. publishHeld writes it after one barrier, so the
+	// uDMA, which stops at that descriptor, never sees part of the packet
+	// and the segments need no barrier each.
+	holding bool
+	held    int
+	heldLS  uint32
+	done    []txDone  // completions not yet delivered
+	pool    sync.Pool // of *[]txDone: delivery buffers swapped in for done
+	stats   TxStats
 }
 
 // Scratch for bounce.Placer: memory of the j-th descriptor of the frame
@@ -345,10 +353,20 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		} else {
 			storeWord(descWord(d, dwAddr), uint32(sl.addr))
 		}
+		ls := lenStatus(len(segs[j].Data), uint16(st|TX_R))
 		if j == 0 {
-			n.mem.Barrier()
+			if t.holding {
+				if t.held < 0 {
+					t.held, t.heldLS = i, ls
+					continue
+				}
+				// A later segment of the packet: the uDMA cannot pass the
+				// held descriptor before publishHeld's barrier.
+			} else {
+				n.mem.Barrier()
+			}
 		}
-		storeWord(descWord(d, dwLenStatus), lenStatus(len(segs[j].Data), uint16(st|TX_R)))
+		storeWord(descWord(d, dwLenStatus), ls)
 	}
 	// No barrier here: kickTx issues the one the doorbell needs, once per
 	// frame or GSO packet rather than once per segment.
@@ -365,6 +383,17 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		t.stats.Direct++
 	}
 	return nil
+}
+
+// publishHeld makes the descriptor post held back ready, after a barrier
+// that orders every store of the packet before it, and ends the hold.
+func (n *NIC) publishHeld() {
+	t := &n.tx
+	if t.held >= 0 {
+		n.mem.Barrier()
+		storeWord(descWord(t.r.at(t.held), dwLenStatus), t.heldLS)
+	}
+	t.holding, t.held = false, -1
 }
 
 // scratchBuf records in sl where data, bytes copied into a slot or bounce
