@@ -109,7 +109,7 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 				n.kickTx()
 				return nil
 			}
-			t.holding, t.held = false, -1
+			n.publishHeld() // nothing held: ends the hold
 			return fmt.Errorf("fec: GSO segment 0: %w", err)
 		}
 		posted++

@@ -127,3 +127,42 @@ func TestTxFrontDescriptorPublishedAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestGSOStatsCountEverySegment: a GSO packet's segments are counted in the
+// TX statistics like frames (frames, bytes, descriptors, header bytes,
+// bytes cleaned), though the GSO path adds them once per packet. Fails if
+// addGSOCounts drops any of them.
+func TestGSOStatsCountEverySegment(t *testing.T) {
+	mem := dmatest.New(t, dmatest.Options{})
+	caps, _ := fec.CapsFor(fec.IMX6UL)
+	model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
+	n, err := fec.New(fec.Config{Regs: model, Mem: mem, Caps: caps, MAC: nicMAC, Strategy: bounce.SG, TxRing: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Init()
+	rng := rand.New(rand.NewPCG(7, 7))
+	var frames, bytes_, hdrs, descs uint64
+	for i := 0; i < 4; i++ {
+		hdr, pay := bigPacket(t, frameSpec{payload: 2000 + 3333*i}, rng)
+		const mss = 1000
+		segs := (len(pay) + mss - 1) / mss
+		free := n.TxFree()
+		if err := n.TransmitGSO(hdr, [][]byte{pay[:101], pay[101:]}, tso.Options{Type: tso.TCP, MSS: mss, NeedsCsum: true}, nil); err != nil {
+			t.Fatal(err)
+		}
+		frames += uint64(segs)
+		bytes_ += uint64(len(pay) + segs*len(hdr))
+		hdrs += uint64(segs * len(hdr))
+		descs += uint64(free - n.TxFree())
+		n.Reclaim()
+		st := n.Stats().Tx
+		if st.Frames != frames || st.GSOSegments != frames || st.Bytes != bytes_ || st.HeaderBytes != hdrs || st.Descs != descs {
+			t.Fatalf("packet %d: frames %d bytes %d header bytes %d descs %d (segments %d), want %d %d %d %d",
+				i, st.Frames, st.Bytes, st.HeaderBytes, st.Descs, st.GSOSegments, frames, bytes_, hdrs, descs)
+		}
+		if st.Cleaned < st.Bytes || st.Cleaned%dma.CacheLine != 0 {
+			t.Fatalf("packet %d: %d bytes cleaned for %d bytes sent", i, st.Cleaned, st.Bytes)
+		}
+	}
+}

@@ -68,6 +68,7 @@ type txRing struct {
 	holding bool
 	held    int
 	heldLS  uint32
+	gso     gsoCounts // post's counts of the GSO packet being built
 	done    []txDone  // completions not yet delivered
 	pool    sync.Pool // of *[]txDone: delivery buffers swapped in for done
 	stats   TxStats
@@ -294,6 +295,7 @@ func zeroCsums(f []byte) error {
 func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	t := &n.tx
 	segs := t.plan.Segments()
+	var cleaned uint32
 	// Map and sync everything first, so a failure leaves the ring untouched.
 	// Slots are filled in place: a dma.Buffer is six words, and copying
 	// one costs a runtime.duffcopy call on GOARM=7.
@@ -327,7 +329,7 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 		// dma.LineSpan in 32-bit arithmetic (addr fits, checked above):
 		// 64-bit arithmetic costs twice the instructions on GOARM=7.
 		a := uint32(addr)
-		t.stats.Cleaned += uint64((a+uint32(len(s.Data))+dma.CacheLine-1)&^(dma.CacheLine-1) - a&^(dma.CacheLine-1))
+		cleaned += (a+uint32(len(s.Data))+dma.CacheLine-1)&^(dma.CacheLine-1) - a&^(dma.CacheLine-1)
 	}
 	last := len(segs) - 1
 	// Descriptors after the first get R as they are written; the first is
@@ -372,6 +374,24 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	// frame or GSO packet rather than once per segment.
 	t.cur = t.r.add(t.cur, len(segs))
 	t.inFlight += len(segs)
+	if t.holding {
+		// A GSO segment: counted in native words, added to the 64-bit
+		// statistics once per packet (addGSOCounts).
+		g := &t.gso
+		g.frames++
+		g.bytes += uint32(t.plan.Len)
+		g.descs += uint32(len(segs))
+		g.copied += uint32(t.plan.Copied - built)
+		g.headerBytes += uint32(built)
+		g.cleaned += cleaned
+		if t.plan.Bounce {
+			g.bounced++
+		} else if t.plan.Copied == 0 {
+			g.direct++
+		}
+		return nil
+	}
+	t.stats.Cleaned += uint64(cleaned)
 	t.stats.Frames++
 	t.stats.Bytes += uint64(t.plan.Len)
 	t.stats.Descs += uint64(len(segs))
@@ -385,6 +405,28 @@ func (n *NIC) post(ext uint32, owner bool, cookie any, built int) error {
 	return nil
 }
 
+// gsoCounts are post's statistics of one GSO packet's segments. A packet
+// has at most tso.MaxSegments segments of at most 64 KiB in all, so
+// 32 bits hold them.
+type gsoCounts struct {
+	frames, bytes, descs, copied, headerBytes, cleaned, direct, bounced uint32
+}
+
+// addGSOCounts adds the counts of the GSO packet just posted to the
+// statistics and clears them.
+func (t *txRing) addGSOCounts() {
+	g := &t.gso
+	t.stats.Frames += uint64(g.frames)
+	t.stats.Bytes += uint64(g.bytes)
+	t.stats.Descs += uint64(g.descs)
+	t.stats.Copied += uint64(g.copied)
+	t.stats.HeaderBytes += uint64(g.headerBytes)
+	t.stats.Cleaned += uint64(g.cleaned)
+	t.stats.Direct += uint64(g.direct)
+	t.stats.Bounced += uint64(g.bounced)
+	*g = gsoCounts{}
+}
+
 // publishHeld makes the descriptor post held back ready, after a barrier
 // that orders every store of the packet before it, and ends the hold.
 func (n *NIC) publishHeld() {
@@ -394,6 +436,7 @@ func (n *NIC) publishHeld() {
 		storeWord(descWord(t.r.at(t.held), dwLenStatus), t.heldLS)
 	}
 	t.holding, t.held = false, -1
+	t.addGSOCounts()
 }
 
 // scratchBuf records in sl where data, bytes copied into a slot or bounce
