@@ -487,9 +487,12 @@ func (n *NIC) Reclaim() int {
 }
 
 func (t *txRing) reclaimLocked(n *NIC) int {
-	c := 0
-	for t.inFlight > 0 {
-		i := t.dirty
+	// The cursor in locals, written back once: release is a call, so
+	// t.dirty and t.inFlight were loaded and stored around it for every
+	// descriptor.
+	dirty, left := t.dirty, t.inFlight
+	for ; left > 0; left-- {
+		i := dirty
 		d := t.r.at(i)
 		ls := loadWord(descWord(d, dwLenStatus))
 		if TxStatus(ls>>16)&TX_R != 0 {
@@ -508,10 +511,10 @@ func (t *txRing) reclaimLocked(n *NIC) int {
 			}
 		}
 		t.release(n, i, err)
-		t.dirty = t.r.add(t.dirty, 1)
-		t.inFlight--
-		c++
+		dirty = t.r.add(dirty, 1)
 	}
+	c := t.inFlight - left
+	t.dirty, t.inFlight = dirty, left
 	// ERR006358: descriptors still ready but TDAR fell to 0: kick again.
 	// Linux's fec_enet_tx_queue does this on every SoC, not only on the
 	// i.MX6Q/DL the erratum is filed for: a missed kick strands frames on
