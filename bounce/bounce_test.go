@@ -337,3 +337,35 @@ func TestAfterHeaderOneMatchesSG(t *testing.T) {
 		t.Fatalf("only %d iterations took the fast path", taken)
 	}
 }
+
+// TestPlaceAfterHeaderInReusesPlan: a plan reused for a shorter layout keeps
+// no segment of the earlier one past N (no stale slice pinning caller
+// memory), and no field of it (Bounce) leaks into the new plan.
+func TestPlaceAfterHeaderInReusesPlan(t *testing.T) {
+	sc := newScratch(8)
+	p := &Placer{Align: 16}
+	hdr := bytes.Repeat([]byte{7}, 54)
+	var plan Plan
+	plan.Bounce = true
+	long := [][]byte{at(make([]byte, 700), 9), at(make([]byte, 748), 4)}
+	copy(sc.slots[0], hdr)
+	if err := p.PlaceAfterHeaderIn(sc.slots[0], 54, long, sc, &plan); err != nil {
+		t.Fatal(err)
+	}
+	check(t, &plan, append([][]byte{hdr}, long...), sc, 16)
+	if plan.N < 3 || plan.Bounce {
+		t.Fatalf("plan of %d segments, bounce %v", plan.N, plan.Bounce)
+	}
+	for _, pay := range [][][]byte{{at(make([]byte, 1448), 3)}, {at(make([]byte, 60), 5)}} {
+		copy(sc.slots[0], hdr)
+		if err := p.PlaceAfterHeaderIn(sc.slots[0], 54, pay, sc, &plan); err != nil {
+			t.Fatal(err)
+		}
+		check(t, &plan, append([][]byte{hdr}, pay...), sc, 16)
+		for i := plan.N; i < MaxSegs; i++ {
+			if plan.Segs[i].Data != nil || plan.Segs[i].Copied {
+				t.Fatalf("%d-byte payload: segment %d of %d still set", len(pay[0]), i, plan.N)
+			}
+		}
+	}
+}
