@@ -31,6 +31,7 @@ import (
 	"github.com/tamanic/tamanic/board/internal/phylink"
 	"github.com/tamanic/tamanic/board/internal/physmem"
 	"github.com/tamanic/tamanic/board/internal/tickless"
+	"github.com/tamanic/tamanic/board/pcireport"
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/fec"
@@ -214,88 +215,23 @@ func delay(d time.Duration) {
 	}
 }
 
-// PCIeDevice is what /stats lists for one PCIe function.
-type PCIeDevice struct {
-	BDF    string    `json:"bdf"`
-	Vendor uint16    `json:"vendor"`
-	Device uint16    `json:"device"`
-	Class  uint32    `json:"class"`
-	BARs   []PCIeBAR `json:"bars"`
-	Gen    int       `json:"link_gen"`
-	Width  int       `json:"link_width"`
-	IRQ    int       `json:"irq"`
-	// BAR0 holds dwords 0 and 2 of BAR0 read through the memory window
-	// (an Intel 8257x's CTRL and STATUS), when BAR0 is a memory BAR.
-	BAR0     []uint32 `json:"bar0,omitempty"`
-	Problems []string `json:"problems,omitempty"`
-}
-
-// PCIeBAR is one assigned or refused BAR.
-type PCIeBAR struct {
-	Index    int    `json:"index"`
-	Addr     uint64 `json:"addr"`
-	Size     uint64 `json:"size"`
-	Assigned bool   `json:"assigned"`
-	IO       bool   `json:"io"`
-}
-
-// PCIeReport is the root complex's state for /stats.
-type PCIeReport struct {
-	LinkUp  bool         `json:"link_up"`
-	Gen     int          `json:"link_gen"`
-	Width   int          `json:"link_width"`
-	Error   string       `json:"error,omitempty"`
-	Devices []PCIeDevice `json:"devices"`
-}
+// PCIeReport is the root complex's state for /stats (nic.pcie), and
+// PCIeDevice and PCIeBAR what it lists (shared by the boards).
+type (
+	PCIeReport = pcireport.Report
+	PCIeDevice = pcireport.Device
+	PCIeBAR    = pcireport.BAR
+)
 
 // PCIe starts the root complex, enumerates the bus and returns the report
 // (it never fails the boot: a link that does not train or a bad device is
 // reported, not fatal).
 func PCIe() (*pcie.RC, PCIeReport) {
 	s := pcie.IMX7D
-	rep := PCIeReport{Devices: []PCIeDevice{}}
 	rc, err := pcie.New(pcie.Config{SoC: s,
 		DBI: mmio.Block{Base: uintptr(s.DBIBase)}, GPR: mmio.Block{Base: GPRBase},
 		SRC: mmio.Block{Base: SRCBase}, PHY: mmio.Block{Base: PCIePHYBase},
 		Cfg: mmio.Block{Base: uintptr(s.ConfigBase)}, Mem: mmio.Block{Base: uintptr(s.MemBase)},
 		Nanotime: Nanotime, Delay: delay})
-	if err != nil {
-		rep.Error = err.Error()
-		return nil, rep
-	}
-	if err := rc.Start(); err != nil {
-		rep.Error = err.Error()
-		return rc, rep
-	}
-	rep.LinkUp = true
-	rep.Gen, rep.Width = rc.Link()
-	devs, err := rc.Enumerate()
-	if err != nil {
-		rep.Error = err.Error()
-		return rc, rep
-	}
-	for _, d := range devs {
-		pd := PCIeDevice{BDF: d.BDF.String(), Vendor: d.Vendor, Device: d.DeviceID, Class: d.Class, IRQ: d.IRQ}
-		if d.PCIe != nil {
-			pd.Gen, pd.Width = d.PCIe.Speed, d.PCIe.Width
-		}
-		for _, b := range d.BARs {
-			if b.Size != 0 {
-				pd.BARs = append(pd.BARs, PCIeBAR{Index: b.Index, Addr: b.Addr, Size: b.Size, Assigned: b.Assigned, IO: b.IO})
-			}
-		}
-		if b := d.BARs[0]; b.Assigned && !b.IO && b.Size >= 16 {
-			if w, err := rc.Map(d, 0, 0, 16); err == nil {
-				pd.BAR0 = []uint32{w.Read32(0), w.Read32(8)}
-				w.Release()
-			} else {
-				pd.Problems = append(pd.Problems, err.Error())
-			}
-		}
-		for _, p := range d.Problems {
-			pd.Problems = append(pd.Problems, p.Error())
-		}
-		rep.Devices = append(rep.Devices, pd)
-	}
-	return rc, rep
+	return pcireport.Run(rc, err, true)
 }

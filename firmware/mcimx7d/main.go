@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/tamanic/tamanic/board/mcimx7d"
+	"github.com/tamanic/tamanic/board/pcireport"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/firmware/internal/cxnic"
@@ -44,6 +45,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"os"
 )
 
 // Build-time settings.
@@ -146,7 +148,7 @@ func main() {
 		Init: func() error {
 			mcimx7d.Init()
 			rc, rep = mcimx7d.PCIe()
-			printPCIe(rep)
+			pcireport.Print(os.Stdout, rep)
 			return nil
 		},
 		ENET:     mcimx7d.ENET1,
@@ -166,28 +168,6 @@ func main() {
 			return m
 		},
 	}, fwmain.Settings{Mode: Mode})
-}
-
-// printPCIe lists the root complex's link and devices on the console.
-func printPCIe(rep mcimx7d.PCIeReport) {
-	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
-	if rep.Error != "" {
-		fmt.Printf(" error=%q", rep.Error)
-	}
-	fmt.Println()
-	for _, d := range rep.Devices {
-		fmt.Printf("PCIE %s %04x:%04x class=%06x", d.BDF, d.Vendor, d.Device, d.Class)
-		for _, b := range d.BARs {
-			fmt.Printf(" bar%d=%#x/%#x", b.Index, b.Addr, b.Size)
-		}
-		if len(d.BAR0) == 2 {
-			fmt.Printf(" bar0[0]=%#08x bar0[8]=%#08x", d.BAR0[0], d.BAR0[1])
-		}
-		for _, p := range d.Problems {
-			fmt.Printf(" problem=%q", p)
-		}
-		fmt.Println()
-	}
 }
 
 // attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tamanic/tamanic/board/pcireport"
 	"github.com/tamanic/tamanic/board/sabrelite"
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/fec"
@@ -34,6 +35,7 @@ import (
 	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/pcie"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"os"
 )
 
 // Build-time settings.
@@ -77,7 +79,7 @@ func main() {
 			}
 			rc, rep = sabrelite.PCIe()
 			if rep.LinkUp {
-				printPCIe(rep)
+				pcireport.Print(os.Stdout, rep)
 			}
 			return nil
 		},
@@ -113,25 +115,6 @@ func main() {
 			return s
 		},
 	}, fwmain.Settings{Mode: Mode})
-}
-
-// printPCIe lists the root complex's link and devices on the console.
-func printPCIe(rep sabrelite.PCIeReport) {
-	fmt.Printf("PCIE link_up=%v gen=%d width=%d devices=%d", rep.LinkUp, rep.Gen, rep.Width, len(rep.Devices))
-	if rep.Error != "" {
-		fmt.Printf(" error=%q", rep.Error)
-	}
-	fmt.Println()
-	for _, d := range rep.Devices {
-		fmt.Printf("PCIE %s %04x:%04x class=%06x", d.BDF, d.Vendor, d.Device, d.Class)
-		for _, b := range d.BARs {
-			fmt.Printf(" bar%d=%#x/%#x", b.Index, b.Addr, b.Size)
-		}
-		for _, p := range d.Problems {
-			fmt.Printf(" problem=%q", p)
-		}
-		fmt.Println()
-	}
 }
 
 // attach adds the ConnectX found on rc's bus to s as NIC 2 with its own
