@@ -25,6 +25,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/tamanic/tamanic/board/pcireport"
@@ -35,7 +36,6 @@ import (
 	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/pcie"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"os"
 )
 
 // Build-time settings.
