@@ -602,30 +602,41 @@ func (d *doorbell) Write32(off, v uint32) {
 	d.Model.Write32(off, v)
 }
 
-func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
-	for _, legacy := range []bool{false, true} {
-		mem := dmatest.New(t, dmatest.Options{})
-		caps, _ := fec.CapsFor(fec.IMX6UL)
-		model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
-		w := &barrierWatch{Memory: mem}
-		db := &doorbell{Model: model, w: w, reg: fec.ENETx_TDAR}
-		const ring = 64
-		n, err := fec.New(fec.Config{Regs: db, Mem: w, Caps: caps, MAC: nicMAC, Strategy: bounce.SG, TxRing: ring, LegacyBD: legacy})
+// doorbellRig is a NIC on an i.MX6UL model whose doorbell register reg is
+// watched: each write is checked against the barriers and the stores to
+// the ring of ring descriptors whose base is in baseReg. cfg gives the
+// ring sizes and strategy; the rest is filled in.
+func doorbellRig(t *testing.T, legacy bool, reg, baseReg uint32, ring int, cfg fec.Config) (*fec.NIC, *fectest.Model, *doorbell) {
+	t.Helper()
+	mem := dmatest.New(t, dmatest.Options{})
+	caps, _ := fec.CapsFor(fec.IMX6UL)
+	model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
+	w := &barrierWatch{Memory: mem}
+	db := &doorbell{Model: model, w: w, reg: reg}
+	cfg.Regs, cfg.Mem, cfg.Caps, cfg.MAC, cfg.LegacyBD = db, w, caps, nicMAC, legacy
+	n, err := fec.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Init()
+	size := fec.EnhancedDescSize
+	if legacy {
+		size = fec.LegacyDescSize
+	}
+	w.ring = func() []byte {
+		b, err := mem.Coherent(dma.Addr(model.Read32(baseReg)), ring*size)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Init()
-		size := fec.EnhancedDescSize
-		if legacy {
-			size = fec.LegacyDescSize
-		}
-		w.ring = func() []byte {
-			b, err := mem.Coherent(dma.Addr(model.Read32(fec.ENETx_TDSR)), ring*size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
+		return b
+	}
+	return n, model, db
+}
+
+func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		n, _, db := doorbellRig(t, legacy, fec.ENETx_TDAR, fec.ENETx_TDSR, 64,
+			fec.Config{Strategy: bounce.SG, TxRing: 64})
 		rng := rand.New(rand.NewPCG(3, 3))
 		for i := 0; i < 10; i++ {
 			if err := n.Transmit([][]byte{randomFrame(rng, 100+50*i, [6]byte{2})}, fec.TxOptions{}, nil); err != nil {
@@ -651,28 +662,7 @@ func TestEveryTxDoorbellFollowsABarrier(t *testing.T) {
 // barrier is removed.
 func TestEveryRxDoorbellFollowsABarrier(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
-		mem := dmatest.New(t, dmatest.Options{})
-		caps, _ := fec.CapsFor(fec.IMX6UL)
-		model := fectest.New(fectest.Options{Caps: caps, Mem: mem})
-		w := &barrierWatch{Memory: mem}
-		db := &doorbell{Model: model, w: w, reg: fec.ENETx_RDAR}
-		const ring = 16
-		n, err := fec.New(fec.Config{Regs: db, Mem: w, Caps: caps, MAC: nicMAC, RxRing: ring, LegacyBD: legacy})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Init()
-		size := fec.EnhancedDescSize
-		if legacy {
-			size = fec.LegacyDescSize
-		}
-		w.ring = func() []byte {
-			b, err := mem.Coherent(dma.Addr(model.Read32(fec.ENETx_RDSR)), ring*size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
+		n, model, db := doorbellRig(t, legacy, fec.ENETx_RDAR, fec.ENETx_RDSR, 16, fec.Config{RxRing: 16})
 		rng := rand.New(rand.NewPCG(4, 4))
 		for i := 0; i < 10; i++ {
 			for k := 0; k < 6; k++ {
