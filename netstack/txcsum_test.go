@@ -14,27 +14,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/tamanic/tamanic/fec/fectest"
+	"github.com/tamanic/tamanic/internal/pkttest"
 )
-
-// rfc1071 is the Internet checksum's sum, written out for the test.
-func rfc1071(b []byte) uint32 {
-	var s uint32
-	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func fold(s uint32) uint16 {
-	for s > 0xFFFF {
-		s = s>>16 + s&0xFFFF
-	}
-	return uint16(s)
-}
 
 // datagrams reassembles the UDP datagrams on the wire (fragmented or not)
 // with gopacket and checks each one's UDP checksum over the whole
@@ -116,11 +97,11 @@ func (d *datagrams) filter(_ int, f []byte) fectest.Action {
 	delete(d.last, key)
 	ps := d.pseudo[key]
 	delete(d.pseudo, key)
-	s := rfc1071(ps) + 17 + uint32(len(whole)) + rfc1071(whole)
-	if binary.BigEndian.Uint16(whole[6:]) == 0 || fold(s) != 0xFFFF {
+	s := pkttest.Sum(0, ps) + 17 + uint32(len(whole)) + pkttest.Sum(0, whole)
+	if binary.BigEndian.Uint16(whole[6:]) == 0 || pkttest.Fold(s) != 0xFFFF {
 		d.bad++
 		if len(d.errs) < 5 {
-			d.errs = append(d.errs, fmt.Sprintf("%s: %d bytes, checksum field %#04x, sum %#04x", key, len(whole), binary.BigEndian.Uint16(whole[6:]), fold(s)))
+			d.errs = append(d.errs, fmt.Sprintf("%s: %d bytes, checksum field %#04x, sum %#04x", key, len(whole), binary.BigEndian.Uint16(whole[6:]), pkttest.Fold(s)))
 		}
 	} else {
 		d.ok++

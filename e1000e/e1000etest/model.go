@@ -48,6 +48,7 @@ import (
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/internal/pkttest"
 	"github.com/tamanic/tamanic/pcie/pcietest"
 )
 
@@ -742,7 +743,7 @@ func (m *Model) insertSum(f []byte, what string, css, cso, cse int) {
 		m.violate("%s checksum fields %d/%d/%d outside a %d-byte frame", what, css, cso, cse, len(f))
 		return
 	}
-	binary.BigEndian.PutUint16(f[cso:], ^fold(sum(0, f[css:end+1])))
+	binary.BigEndian.PutUint16(f[cso:], ^pkttest.Fold(pkttest.Sum(0, f[css:end+1])))
 }
 
 // segment performs TCP segmentation of p under the TSO context (82574
@@ -791,11 +792,11 @@ func (m *Model) segment(p []byte) {
 			if end == 0 {
 				end = c.tucss - 1
 			}
-			binary.BigEndian.PutUint16(f[c.ipcso:], ^fold(sum(0, f[c.ipcss:end+1])))
+			binary.BigEndian.PutUint16(f[c.ipcso:], ^pkttest.Fold(pkttest.Sum(0, f[c.ipcss:end+1])))
 		}
 		if m.popts&2 != 0 {
 			l4 := f[c.tucss:]
-			binary.BigEndian.PutUint16(f[c.tucso:], ^fold(sum(uint32(len(l4)), l4)))
+			binary.BigEndian.PutUint16(f[c.tucso:], ^pkttest.Fold(pkttest.Sum(uint32(len(l4)), l4)))
 		}
 		m.emit(f)
 		off += k
@@ -811,23 +812,4 @@ func (m *Model) emit(f []byte) {
 	m.stats[sTPT]++
 	m.stats[sGOTCL] += uint64(len(f) + 4)
 	m.pending = append(m.pending, f)
-}
-
-// sum adds b to s as 16-bit big-endian words (RFC 1071).
-func sum(s uint32, b []byte) uint32 {
-	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	return s
-}
-
-func fold(s uint32) uint16 {
-	for s > 0xFFFF {
-		s = s>>16 + s&0xFFFF
-	}
-	return uint16(s)
 }

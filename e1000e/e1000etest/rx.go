@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 
 	"github.com/tamanic/tamanic/dma"
+	"github.com/tamanic/tamanic/internal/pkttest"
 )
 
 // RX error bits an injected frame may carry (extended write-back errors).
@@ -220,7 +221,7 @@ func (m *Model) verdicts(f []byte) uint32 {
 		}
 		if rx&(1<<8) != 0 {
 			st |= ipcs
-			if fold(sum(0, f[14:14+ihl])) != 0xFFFF {
+			if pkttest.Fold(pkttest.Sum(0, f[14:14+ihl])) != 0xFFFF {
 				st |= ipe
 			}
 		}
@@ -231,7 +232,7 @@ func (m *Model) verdicts(f []byte) uint32 {
 			return st
 		}
 		proto, l4, end = int(f[23]), 14+ihl, 14+tot
-		pseudo = sum(0, f[26:34]) + uint32(proto) + uint32(end-l4)
+		pseudo = pkttest.Sum(0, f[26:34]) + uint32(proto) + uint32(end-l4)
 	case 0x86DD:
 		if len(f) < 54 {
 			return ixsm
@@ -241,7 +242,7 @@ func (m *Model) verdicts(f []byte) uint32 {
 			return ixsm
 		}
 		proto, l4, end = int(f[20]), 54, 54+pl
-		pseudo = sum(0, f[22:54]) + uint32(proto) + uint32(pl)
+		pseudo = pkttest.Sum(0, f[22:54]) + uint32(proto) + uint32(pl)
 	default:
 		return ixsm
 	}
@@ -254,7 +255,7 @@ func (m *Model) verdicts(f []byte) uint32 {
 				st &^= udpcs // no checksum sent
 			}
 		}
-		if st&(tcpcs|udpcs) != 0 && fold(sum(pseudo, f[l4:end])) != 0xFFFF {
+		if st&(tcpcs|udpcs) != 0 && pkttest.Fold(pkttest.Sum(pseudo, f[l4:end])) != 0xFFFF {
 			st |= tcpe
 		}
 	}

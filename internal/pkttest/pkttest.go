@@ -68,3 +68,25 @@ func Checksums(f []byte) error {
 	}
 	return nil
 }
+
+// Sum adds b to s as 16-bit big-endian words, an odd last byte padded
+// with zero (RFC 1071): a reference independent of internal/pkt's
+// assembly, for tests and device models that compute what hardware would.
+func Sum(s uint32, b []byte) uint32 {
+	for len(b) >= 2 {
+		s += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
+	}
+	return s
+}
+
+// Fold folds the carries of a Sum into 16 bits (not complemented).
+func Fold(s uint32) uint16 {
+	for s > 0xFFFF {
+		s = s>>16 + s&0xFFFF
+	}
+	return uint16(s)
+}
