@@ -215,6 +215,7 @@ func newBareStack(ep stack.LinkEndpoint, mac [6]byte) (*stack.Stack, error) {
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arpProbes},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
+		Clock:              newMonoClock(),
 	})
 	if err := s.CreateNIC(1, ep); err != nil {
 		return nil, fmt.Errorf("app: CreateNIC: %v", err)
