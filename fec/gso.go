@@ -81,7 +81,9 @@ func (n *NIC) transmitGSOLocked(hdr []byte, payload [][]byte, o tso.Options, coo
 	for {
 		slot := t.Slot(0)
 		err := t.seg.Next(slot, &seg)
-		if errors.Is(err, tso.ErrDone) {
+		// err != nil first: errors.Is is a call even for nil, and this
+		// runs once per segment.
+		if err != nil && errors.Is(err, tso.ErrDone) {
 			break
 		}
 		if err == nil {
