@@ -59,11 +59,15 @@ type System struct {
 	mu     sync.Mutex
 	cached *Arena
 	coh    *Arena
+	// l1 is set when cfg.Cache is the core's own cache with no outer one
+	// (l1Only): the syncs then call the maintenance routines directly.
+	l1 bool
 }
 
 // NewSystem returns a System for cfg.
 func NewSystem(cfg SystemConfig) *System {
-	return &System{cfg: cfg, cached: NewArena(len(cfg.Cached.Mem)), coh: NewArena(len(cfg.Coherent.Mem))}
+	return &System{cfg: cfg, cached: NewArena(len(cfg.Cached.Mem)), coh: NewArena(len(cfg.Coherent.Mem)),
+		l1: cfg.Cache != nil && l1Only(cfg.Cache)}
 }
 
 // Alloc implements Memory.
@@ -144,6 +148,10 @@ func (s *System) SyncForDevice(b *Buffer, off, n int, dir Dir) {
 		return
 	}
 	c := cpuAddr(p)
+	if s.l1 {
+		l1Sync(c, len(p), dir)
+		return
+	}
 	switch dir {
 	case ToDevice:
 		s.cfg.Cache.Clean(c, len(p))
@@ -169,6 +177,10 @@ func (s *System) SyncForCPU(b *Buffer, off, n int, dir Dir) {
 	}
 	// Invalidate again after the transfer: the CPU may have speculatively
 	// refilled lines while the device owned them.
+	if s.l1 {
+		l1Sync(cpuAddr(p), len(p), FromDevice)
+		return
+	}
 	s.cfg.Cache.Invalidate(cpuAddr(p), len(p))
 	s.cfg.Cache.Barrier()
 }
@@ -181,6 +193,10 @@ func (s *System) uncached(tag uint32) bool {
 
 // Barrier implements Memory.
 func (s *System) Barrier() {
+	if s.l1 {
+		l1Barrier()
+		return
+	}
 	if s.cfg.Cache != nil {
 		s.cfg.Cache.Barrier()
 	}
