@@ -54,8 +54,9 @@ func Init() {
 	idle = tickless.Install(ARM)
 }
 
-// Nanotime is the clock the board's counters use.
-func Nanotime() int64 { return ARM.GetTime() }
+// Nanotime is the clock the board's counters and gVisor's clock use: the
+// runtime's (tickless.Nanotime, integer arithmetic).
+func Nanotime() int64 { return tickless.Nanotime(ARM) }
 
 // IdleNanoseconds returns the time spent idle since Init.
 func IdleNanoseconds() int64 { return idle.IdleNanoseconds() }

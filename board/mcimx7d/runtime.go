@@ -8,6 +8,7 @@ import (
 	"runtime"
 	_ "unsafe"
 
+	"github.com/tamanic/tamanic/board/internal/tickless"
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/soc/nxp/uart"
 )
@@ -42,8 +43,12 @@ var UART1 = &uart.UART{
 	Clock: func() uint32 { return 24_000_000 },
 }
 
+// nanotime is TamaGo's ARM.GetTime in integer arithmetic
+// (tickless.Nanotime: the float64 conversion costs a software routine per
+// reading on GOARM=7).
+//
 //go:linkname nanotime runtime/goos.Nanotime
-func nanotime() int64 { return ARM.GetTime() }
+func nanotime() int64 { return tickless.Nanotime(ARM) }
 
 //go:linkname printk runtime/goos.Printk
 func printk(c byte) { UART1.Tx(c) }

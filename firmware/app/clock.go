@@ -7,13 +7,14 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
-// nanotime is the runtime's monotonic clock (on TamaGo the board's
+// runtimeNanotime is the runtime's monotonic clock (on TamaGo the board's
 // runtime/goos.Nanotime), read without time.Now's wall clock.
 //
-//go:linkname nanotime runtime.nanotime
-func nanotime() int64
+//go:linkname runtimeNanotime runtime.nanotime
+func runtimeNanotime() int64
 
-// monoClock is gVisor's tcpip.Clock on the runtime's monotonic clock.
+// monoClock is gVisor's tcpip.Clock on a monotonic nanosecond clock: the
+// board's or the runtime's.
 //
 // gVisor's own (tcpip.NewStdClock) computes every NowMonotonic as
 // time.Since(base) plus an offset through MonotonicTime.Add, which goes
@@ -21,13 +22,20 @@ func nanotime() int64
 // time.Time (three words) is copied with runtime.duffcopy and time.Now
 // reads the wall clock as well as the monotonic one. The TCP sender reads
 // the clock several times per segment it sends or ACK it takes; this
-// clock is one nanotime call.
+// clock is one call of now.
 type monoClock struct {
-	base int64 // nanotime when the clock was made: readings start near 0
+	now  func() int64
+	base int64 // now() when the clock was made: readings start near 0
 }
 
-// newMonoClock returns a monoClock whose readings start at 0.
-func newMonoClock() *monoClock { return &monoClock{base: nanotime()} }
+// newMonoClock returns a monoClock on now (nil: the runtime's clock)
+// whose readings start at 0.
+func newMonoClock(now func() int64) *monoClock {
+	if now == nil {
+		now = runtimeNanotime
+	}
+	return &monoClock{now: now, base: now()}
+}
 
 // monotonicTime converts nanoseconds to a tcpip.MonotonicTime, a struct
 // of one int64 (gVisor pkg/tcpip/tcpip.go) with no exported constructor
@@ -45,7 +53,7 @@ var _ [8 - unsafe.Sizeof(tcpip.MonotonicTime{})]struct{}
 func (*monoClock) Now() time.Time { return time.Now() }
 
 // NowMonotonic implements tcpip.Clock.
-func (c *monoClock) NowMonotonic() tcpip.MonotonicTime { return monotonicTime(nanotime() - c.base) }
+func (c *monoClock) NowMonotonic() tcpip.MonotonicTime { return monotonicTime(c.now() - c.base) }
 
 // AfterFunc implements tcpip.Clock with the runtime's timers, as gVisor's
 // standard clock does.

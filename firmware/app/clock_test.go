@@ -19,7 +19,13 @@ func TestMonoClockReadings(t *testing.T) {
 	if !a.Before(b) || b.Before(a) {
 		t.Fatal("Before disagrees with the nanoseconds")
 	}
-	c := newMonoClock()
+	fake := int64(5_000)
+	fc := newMonoClock(func() int64 { return fake })
+	fake += 1_234_567
+	if d := fc.NowMonotonic().Sub(monotonicTime(0)); d != 1_234_567 {
+		t.Fatalf("board clock advanced 1234567 ns from the clock's base, reading %v", d)
+	}
+	c := newMonoClock(nil)
 	r0 := c.NowMonotonic()
 	time.Sleep(20 * time.Millisecond)
 	r1 := c.NowMonotonic()

@@ -104,7 +104,7 @@ func (c *NICControls) Stats() any {
 // prefix, a default route via gw, and an IPv6 link-local address derived
 // from mac (EUI-64).
 func NewStack(ep stack.LinkEndpoint, mac [6]byte, addr netip.Prefix, gw netip.Addr) (*stack.Stack, error) {
-	s, err := newBareStack(ep, mac)
+	s, err := newBareStack(ep, mac, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -56,8 +56,10 @@ func Init() *Board {
 // spent in the driver's handler.
 func (b *Board) Interrupts() (n, ns int64) { return b.irqs.Load(), b.irqNs.Load() }
 
-// Nanotime is the clock the board's counters use.
-func Nanotime() int64 { return imx6ul.ARM.GetTime() }
+// Nanotime is the clock the board's counters and gVisor's clock use:
+// TamaGo's runtime clock (imx6ul.ARM.GetTime) in integer arithmetic
+// (tickless.Nanotime).
+func Nanotime() int64 { return tickless.Nanotime(imx6ul.ARM) }
 
 // IdleNanoseconds returns the time spent idle since Init.
 func (b *Board) IdleNanoseconds() int64 { return b.idle.IdleNanoseconds() }

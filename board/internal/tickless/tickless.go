@@ -91,3 +91,13 @@ func (g *Governor) Alarm(id int) bool {
 
 // IdleNanoseconds returns the time spent in the governor.
 func (g *Governor) IdleNanoseconds() int64 { return g.idleNs.Load() }
+
+// wholePeriod returns the counter period m (nanoseconds per tick, TamaGo's
+// TimerMultiplier) as an integer when it is a whole number of nanoseconds
+// (and at most 2^31-1), else 0: Nanotime's integer path.
+func wholePeriod(m float64) int64 {
+	if p := int32(m); p > 0 && float64(p) == m {
+		return int64(p)
+	}
+	return 0
+}

@@ -100,3 +100,27 @@ func TestAlarm(t *testing.T) {
 		t.Fatalf("alarm interrupt not handled (alarm %d)", f.alarm)
 	}
 }
+
+// TestWholePeriodMatchesFloatClock checks Nanotime's integer path against
+// TamaGo's float64 one (arm.CPU.GetTime) for the counter rates of the
+// boards and QEMU, and that other rates take the float path.
+func TestWholePeriodMatchesFloatClock(t *testing.T) {
+	for _, hz := range []float64{8e6, 62.5e6, 1e9} {
+		m := 1e9 / hz
+		p := wholePeriod(m)
+		if p == 0 {
+			t.Fatalf("%v Hz: period %v ns not taken as whole", hz, m)
+		}
+		for _, cnt := range []uint64{0, 1, 7, 1 << 20, 1 << 32, 1<<40 + 12345, 1 << 45} {
+			const off = -123456789
+			if got, want := int64(cnt)*p+off, int64(float64(cnt)*m)+off; got != want {
+				t.Errorf("%v Hz, count %d: integer %d, float %d", hz, cnt, got, want)
+			}
+		}
+	}
+	for _, m := range []float64{1e9 / 24e6, 0, -16, 0.5, 1 << 40} {
+		if p := wholePeriod(m); p != 0 {
+			t.Errorf("period %v ns taken as whole (%d)", m, p)
+		}
+	}
+}

@@ -104,6 +104,9 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	if err != nil {
 		return nil, err
 	}
+	if netcfg.Nanotime == nil {
+		netcfg.Nanotime = b.Nanotime
+	}
 	network, err := app.StartNetwork(ep, n.MAC(), netcfg, console)
 	if err != nil {
 		return nil, err
