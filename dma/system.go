@@ -127,6 +127,13 @@ func (s *System) Map(b *Buffer, p []byte, dir Dir) error {
 		return fmt.Errorf("dma: map %#x+%d: %w", c, len(p), ErrUnreadable)
 	}
 	b.cpu, b.addr, b.tag = p, Addr(c)+s.cfg.BusOffset, tagMapped
+	if s.l1 {
+		// SyncForDevice's work without its call and checks: a mapping is
+		// RAM, maintained whatever the regions' attributes (TX maps a
+		// payload per TSO segment).
+		l1Sync(c, len(p), dir)
+		return nil
+	}
 	s.SyncForDevice(b, 0, len(p), dir)
 	return nil
 }
