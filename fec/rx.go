@@ -603,17 +603,29 @@ func (n *NIC) DropRun(k int) error {
 	// Each frame was found good (E clear, BDU set) by the peek that
 	// counted it, and the uDMA never writes a descriptor with E clear:
 	// its length is still what the peek synced for the CPU.
+	// fillWords and publish written out: neither can be inlined (each
+	// calls an assembly store), and this runs for every superseded ACK.
 	i := r.cur
 	for j := 0; j < k; j++ {
-		length := int(r.r.load(i, dwLenStatus) & 0xFFFF)
-		n.mem.SyncForDevice(&r.bufs[i], 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
-		r.fillWords(n, i)
+		d := r.r.at(i)
+		length := int(loadWord(descWord(d, dwLenStatus)) & 0xFFFF)
+		b := &r.bufs[i]
+		n.mem.SyncForDevice(b, 0, min(dma.AlignUp(length, dma.CacheLine), n.rxBufLen), dma.FromDevice)
+		if n.enhanced {
+			storeExt(d, uint32(b.Addr()), RXE_INT)
+		} else {
+			storeWord(descWord(d, dwAddr), uint32(b.Addr()))
+		}
 		i = r.r.add(i, 1)
 	}
 	n.mem.Barrier()
 	i = r.cur
 	for j := 0; j < k; j++ {
-		r.publish(i)
+		st := RX_E
+		if i == r.r.n-1 {
+			st |= RX_W
+		}
+		storeWord(descWord(r.r.at(i), dwLenStatus), lenStatus(0, uint16(st)))
 		i = r.r.add(i, 1)
 	}
 	r.cur = i

@@ -714,8 +714,11 @@ func (e *Endpoint) rxBatchTake(d stack.NetworkDispatcher, addr tcpip.LinkAddress
 // and would otherwise pay a look at every frame).
 func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpip.LinkAddress) (more, failed bool) {
 	m, stop := pk.PeekRun(e.rx.peeked[:e.opts.RxBudget], maxACKFrame)
-	for k := 0; k < m; k++ {
-		e.rx.slots[k].classify(e.rx.peeked[k].B)
+	// The slices in locals: classify is a call, after which fields of e
+	// would be loaded again for every frame.
+	slots, peeked := e.rx.slots[:m], e.rx.peeked[:m]
+	for k := range slots {
+		slots[k].classify(peeked[k].B)
 	}
 	if stop == PeekFrame {
 		stop = PeekNone // out is full: the batch ends at the budget
@@ -729,7 +732,6 @@ func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpi
 		}
 		return e.rxBatchTake(d, addr, false)
 	}
-	slots, peeked := e.rx.slots[:m], e.rx.peeked[:m]
 	dropped := filterSlots(slots, func(j int) bool {
 		_, v := e.softVerify(peeked[j].B, peeked[j].IPv4OK, peeked[j].L4OK)
 		return v != verdictBad
