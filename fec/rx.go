@@ -292,16 +292,16 @@ func (n *NIC) Receive() (*Packet, error) {
 		// (BDU, "last buffer descriptor update done", Table 22-35): until
 		// BDU is set the verdicts and error bits there are stale, so the
 		// frame is not complete yet. Its RXF follows the update.
-		if n.enhanced && st&RX_L != 0 && r.r.load(i, dwExt2)&BDU == 0 {
-			r.stats.BDUPending++
-			return nil, nil
-		}
-		length := int(ls & 0xFFFF)
+		// loadExt reads the verdicts after BDU (rmb between, see peekable).
 		var e0, e1 uint32
 		if n.enhanced {
-			rmb() // the verdicts are read after BDU (see peekable)
-			e0, e1 = r.r.load(i, dwExt0), r.r.load(i, dwExt1)
+			var e2 uint32
+			if e2, e0, e1 = loadExt(r.r.at(i)); st&RX_L != 0 && e2&BDU == 0 {
+				r.stats.BDUPending++
+				return nil, nil
+			}
 		}
+		length := int(ls & 0xFFFF)
 		if st&RX_L == 0 {
 			// With MRBR above MAX_FL this only happens to frames the MAC
 			// should have cut: drop every buffer up to L as one frame.
@@ -546,7 +546,9 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		return 0, 0, 0, 0, PeekOther
 	}
 	if n.enhanced {
-		if loadWord(descWord(d, dwExt2))&BDU == 0 {
+		// loadExt: BDU, then rmb, then the verdicts, in one call.
+		var e2 uint32
+		if e2, e0, e1 = loadExt(d); e2&BDU == 0 {
 			return 0, 0, 0, 0, PeekNone // as Receive: not complete yet
 		}
 		// The uDMA writes the enhanced words before it sets BDU. TamaGo
@@ -558,8 +560,6 @@ func (r *rxRing) peekable(n *NIC, i int) (length, off int, e0, e1 uint32, st Pee
 		// (Linux orders descriptor reads after an ownership check with
 		// dma_rmb, e.g. mlx5_cqwq_get_cqe). The frame bytes need no more:
 		// SyncForCPU ends with a DSB.
-		rmb()
-		e0, e1 = loadWord(descWord(d, dwExt0)), loadWord(descWord(d, dwExt1))
 	}
 	if rs&(RX_OV|RX_TR|RX_LG|RX_NO|RX_CR) != 0 || e0&rxeErrMask != 0 {
 		return 0, 0, 0, 0, PeekOther

@@ -33,3 +33,11 @@ func rmb()
 //
 //go:noescape
 func storeExt(d unsafe.Pointer, addr, ext0 uint32)
+
+// loadExt reads an enhanced descriptor's dwExt2 (BDU), then, after a DMB
+// OSH (rmb), dwExt0 and dwExt1, in one call (store_arm.s): the sequence
+// peekable needs for every frame, which cost three loadWord calls and an
+// rmb call. The caller uses e0 and e1 only when e2 has BDU set.
+//
+//go:noescape
+func loadExt(d unsafe.Pointer) (e2, e0, e1 uint32)

@@ -30,3 +30,15 @@ TEXT ·storeExt(SB), NOSPLIT, $0-12
 	MOVW	R3, 12(R0)	// dwExt1
 	MOVW	R3, 16(R0)	// dwExt2
 	RET
+
+// func loadExt(d unsafe.Pointer) (e2, e0, e1 uint32)
+TEXT ·loadExt(SB), NOSPLIT, $0-16
+	MOVW	d+0(FP), R0
+	MOVW	16(R0), R1	// dwExt2
+	WORD	$0xf57ff053	// DMB OSH: ext0 and ext1 are read after BDU
+	MOVW	8(R0), R2	// dwExt0
+	MOVW	12(R0), R3	// dwExt1
+	MOVW	R1, e2+4(FP)
+	MOVW	R2, e0+8(FP)
+	MOVW	R3, e1+12(FP)
+	RET

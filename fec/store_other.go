@@ -28,3 +28,10 @@ func storeExt(d unsafe.Pointer, addr, ext0 uint32) {
 	storeWord(descWord(d, dwExt1), 0)
 	storeWord(descWord(d, dwExt2), 0)
 }
+
+// loadExt reads dwExt2, then dwExt0 and dwExt1, each with one access.
+func loadExt(d unsafe.Pointer) (e2, e0, e1 uint32) {
+	e2 = loadWord(descWord(d, dwExt2))
+	rmb()
+	return e2, loadWord(descWord(d, dwExt0)), loadWord(descWord(d, dwExt1))
+}
