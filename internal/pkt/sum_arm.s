@@ -6,13 +6,39 @@
 TEXT ·sumAligned(SB),NOSPLIT,$0-16
 	MOVW	b_base+0(FP), R0
 	MOVW	b_len+4(FP), R1
+	BIC	$63, R1, R8
+	ADD	R0, R8, R8	// end of the 64-byte blocks
 	BIC	$31, R1, R7
 	ADD	R0, R7, R7	// end of the 32-byte blocks
 	ADD	R0, R1, R1	// end
 	MOVW	$0, R2
 	ADD.S	$0, R2, R2	// clear carry
-loop:
-	TEQ	R0, R7		// leaves C alone
+loop64:
+	TEQ	R0, R8		// leaves C alone
+	BEQ	loop32
+	MOVM.IA.W	(R0), [R3-R6]
+	ADC.S	R3, R2, R2
+	ADC.S	R4, R2, R2
+	ADC.S	R5, R2, R2
+	ADC.S	R6, R2, R2
+	MOVM.IA.W	(R0), [R3-R6]
+	ADC.S	R3, R2, R2
+	ADC.S	R4, R2, R2
+	ADC.S	R5, R2, R2
+	ADC.S	R6, R2, R2
+	MOVM.IA.W	(R0), [R3-R6]
+	ADC.S	R3, R2, R2
+	ADC.S	R4, R2, R2
+	ADC.S	R5, R2, R2
+	ADC.S	R6, R2, R2
+	MOVM.IA.W	(R0), [R3-R6]
+	ADC.S	R3, R2, R2
+	ADC.S	R4, R2, R2
+	ADC.S	R5, R2, R2
+	ADC.S	R6, R2, R2
+	B	loop64
+loop32:
+	TEQ	R0, R7
 	BEQ	words
 	MOVM.IA.W	(R0), [R3-R6]
 	ADC.S	R3, R2, R2
@@ -24,7 +50,6 @@ loop:
 	ADC.S	R4, R2, R2
 	ADC.S	R5, R2, R2
 	ADC.S	R6, R2, R2
-	B	loop
 words:
 	TEQ	R0, R1
 	BEQ	done
