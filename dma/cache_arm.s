@@ -93,11 +93,29 @@ rtail:
 	BIC	R3, R1, R1
 	MCR	15, 0, R1, C7, C14, 1	// DCCIMVAC: the partial last line
 rbody:
+	// Whole lines from R0 up to R1 (line aligned here): four per
+	// iteration while four remain, as dcacheClean, then one at a time.
+	// Never past R1: that line holds bytes outside the range.
+	ADD	R2<<1, R2, R4
+	SUB	R4, R1, R4	// four lines remain while R0 < R4
+rbody4:
+	CMP	R4, R0
+	BHS	rbody1
+	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
+	ADD	R2, R0
+	MCR	15, 0, R0, C7, C6, 1
+	ADD	R2, R0
+	MCR	15, 0, R0, C7, C6, 1
+	ADD	R2, R0
+	MCR	15, 0, R0, C7, C6, 1
+	ADD	R2, R0
+	B	rbody4
+rbody1:
 	CMP	R1, R0
 	BHS	rdone
 	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
 	ADD	R2, R0
-	B	rbody
+	B	rbody1
 rdone:
 	RET
 
