@@ -19,6 +19,18 @@
 	MOVW	R2<<R3, R2 \
 	SUB	$1, R2, R3
 
+// FOUR(crm) applies the by-MVA operation c7,crm,1 to four lines from R0,
+// advancing R0 past them (R2: the line size).
+#define FOUR(crm) \
+	MCR	15, 0, R0, C7, crm, 1 \
+	ADD	R2, R0 \
+	MCR	15, 0, R0, C7, crm, 1 \
+	ADD	R2, R0 \
+	MCR	15, 0, R0, C7, crm, 1 \
+	ADD	R2, R0 \
+	MCR	15, 0, R0, C7, crm, 1 \
+	ADD	R2, R0
+
 // func dcacheClean(start, end uintptr)
 //
 // Four lines per iteration while at least four remain (a TSO segment's
@@ -37,14 +49,7 @@ TEXT ·dcacheClean(SB),NOSPLIT,$0-8
 clean4:
 	CMP	R4, R0
 	BHS	clean
-	MCR	15, 0, R0, C7, C10, 1	// DCCMVAC
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C10, 1
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C10, 1
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C10, 1
-	ADD	R2, R0
+	FOUR(C10)	// DCCMVAC
 	B	clean4
 clean:
 	CMP	R1, R0
@@ -101,14 +106,7 @@ rbody:
 rbody4:
 	CMP	R4, R0
 	BHS	rbody1
-	MCR	15, 0, R0, C7, C6, 1	// DCIMVAC
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C6, 1
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C6, 1
-	ADD	R2, R0
-	MCR	15, 0, R0, C7, C6, 1
-	ADD	R2, R0
+	FOUR(C6)	// DCIMVAC
 	B	rbody4
 rbody1:
 	CMP	R1, R0

@@ -47,20 +47,3 @@ func sum32(sum uint32, b []byte) uint32 {
 	// cost more than they do (a frame is summed two or three times).
 	return sumShort(s+uint64(bits.ReverseBytes16(uint16(le))), b[n:])
 }
-
-// sumShort adds the big-endian 16-bit words of b (an odd last byte as the
-// high byte of a word) to s and folds the result to 16 bits: Sum for the
-// short pieces (a pseudo-header, a tail) without sumGeneric's set-up.
-func sumShort(s uint64, b []byte) uint32 {
-	for len(b) >= 2 {
-		s += uint64(b[0])<<8 | uint64(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint64(b[0]) << 8
-	}
-	for s > 0xFFFF {
-		s = s>>16 + s&0xFFFF
-	}
-	return uint32(s)
-}

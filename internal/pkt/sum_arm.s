@@ -2,6 +2,15 @@
 
 #include "textflag.h"
 
+// ADD4 loads the four words at R0 (advancing it) and adds them to R2 with
+// the carry.
+#define ADD4 \
+	MOVM.IA.W	(R0), [R3-R6] \
+	ADC.S	R3, R2, R2 \
+	ADC.S	R4, R2, R2 \
+	ADC.S	R5, R2, R2 \
+	ADC.S	R6, R2, R2
+
 // func sumAligned(b []byte) uint32
 TEXT ·sumAligned(SB),NOSPLIT,$0-16
 	MOVW	b_base+0(FP), R0
@@ -16,40 +25,16 @@ TEXT ·sumAligned(SB),NOSPLIT,$0-16
 loop64:
 	TEQ	R0, R8		// leaves C alone
 	BEQ	loop32
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
+	ADD4
+	ADD4
+	ADD4
+	ADD4
 	B	loop64
 loop32:
 	TEQ	R0, R7
 	BEQ	words
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
-	MOVM.IA.W	(R0), [R3-R6]
-	ADC.S	R3, R2, R2
-	ADC.S	R4, R2, R2
-	ADC.S	R5, R2, R2
-	ADC.S	R6, R2, R2
+	ADD4
+	ADD4
 words:
 	TEQ	R0, R1
 	BEQ	done
