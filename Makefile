@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim soak campaign clean
+.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim soak campaign clean cost-gvisor
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -51,6 +51,11 @@ cross:
 	  echo "GOARCH=arm go test -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/..."; \
 	  GOOS=linux GOARCH=arm GOARM=7 $(GO) test -count=1 -exec qemu-arm ./internal/... ./bounce/... ./tso/... ./pcie/...; \
 	else echo "cross: SKIP ARM test run: qemu-arm (Debian package qemu-user) not installed"; fi
+
+## cost-gvisor: instructions per MiB (QEMU icount) with the gVisor changes in docs/gvisor-patches/ applied
+## to a copy of the gVisor module (build/gvisor-patched, via a go.work); not part of make test
+cost-gvisor:
+	scripts/gvisor-patched.sh -warm -runs 3 -cfg tx:bounce:512,tx:sg:512,rx:tso:512 -o build/cost-gvisor
 
 ## firmware: build/tamanic-$(BOARD).elf (QEMU, JTAG), .bin and the bootable .imx (needs the TamaGo compiler and mkimage).
 ## CONTROL_TOKEN=secret opens POST /mode to "Authorization: Bearer secret"; without it the control port is closed.
