@@ -848,8 +848,12 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		// soak's corrupted sink transfers).
 		b = b[:h.IPEnd]
 	}
-	p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(alignedView(b))})
+	v := alignedView(b)
 	f.Release()
+	// From here on b is the copy: Release may have handed the device's
+	// buffer back (a later Receive, another goroutine's, could refill it).
+	b = v.AsSlice()
+	p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
 	e.count(func(s *Stats) { s.RxPackets++; s.RxBytes += uint64(len(b)) })
 	p.LinkHeader().Consume(header.EthernetMinimumSize)
 	p.NetworkProtocolNumber = proto

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"testing"
 	"unsafe"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // TestAlignedViewPlacesFramesAtIPAlign checks that a received frame is
@@ -26,5 +29,52 @@ func TestAlignedViewPlacesFramesAtIPAlign(t *testing.T) {
 			t.Errorf("%d-byte frame: its IP header starts %d bytes past a word", n, a)
 		}
 		v.Release()
+	}
+}
+
+// scribbledFrame is a Frame whose Release overwrites its bytes, as a
+// device that reuses the buffer at once would.
+type scribbledFrame struct{ b []byte }
+
+func (f *scribbledFrame) Bytes() []byte             { return f.b }
+func (f *scribbledFrame) Verified() (ipv4, l4 bool) { return false, false }
+func (f *scribbledFrame) Release() error            { clear(f.b); return nil }
+
+// pktTypeRecorder is a NetworkDispatcher that keeps what it is handed.
+type pktTypeRecorder struct {
+	types []tcpip.PacketType
+	heads [][]byte
+}
+
+func (r *pktTypeRecorder) DeliverNetworkPacket(_ tcpip.NetworkProtocolNumber, p *stack.PacketBuffer) {
+	r.types = append(r.types, p.PktType)
+	r.heads = append(r.heads, p.Data().AsRange().ToSlice())
+}
+
+func (r *pktTypeRecorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// TestDeliverReadsNothingAfterRelease checks that deliver classifies and
+// hands up a frame from its copy, not from the device buffer it released.
+func TestDeliverReadsNothingAfterRelease(t *testing.T) {
+	mac := tcpip.LinkAddress("\x02\x00\x00\x00\x00\x01")
+	f := make([]byte, 60)
+	copy(f, mac)
+	copy(f[6:], "\x02\x00\x00\x00\x00\x02")
+	f[12], f[13] = 0x08, 0x00
+	for i := 14; i < len(f); i++ {
+		f[i] = byte(i)
+	}
+	want := append([]byte(nil), f[14:]...)
+	var e Endpoint
+	var r pktTypeRecorder
+	e.deliver(&r, &scribbledFrame{b: f}, mac)
+	if len(r.types) != 1 {
+		t.Fatalf("%d packets handed up, want 1", len(r.types))
+	}
+	if r.types[0] != tcpip.PacketHost {
+		t.Errorf("frame to our address classified as packet type %d, want PacketHost", r.types[0])
+	}
+	if !bytes.Equal(r.heads[0], want) {
+		t.Errorf("handed up % x, want % x", r.heads[0], want)
 	}
 }
