@@ -215,11 +215,17 @@ func (r *rxRing) fillWords(n *NIC, i int) {
 
 // publish hands descriptor i to the uDMA (E, and W on the last one).
 func (r *rxRing) publish(i int) {
+	storeWord(descWord(r.r.at(i), dwLenStatus), r.emptyStatus(i))
+}
+
+// emptyStatus is descriptor i's status word when handed to the uDMA: E,
+// and W on the last one.
+func (r *rxRing) emptyStatus(i int) uint32 {
 	st := RX_E
 	if i == r.r.n-1 {
 		st |= RX_W
 	}
-	storeWord(descWord(r.r.at(i), dwLenStatus), lenStatus(0, uint16(st)))
+	return lenStatus(0, uint16(st))
 }
 
 // takeBack takes back descriptor i's whole buffer, which the uDMA may have
@@ -621,11 +627,7 @@ func (n *NIC) DropRun(k int) error {
 	n.mem.Barrier()
 	i = r.cur
 	for j := 0; j < k; j++ {
-		st := RX_E
-		if i == r.r.n-1 {
-			st |= RX_W
-		}
-		storeWord(descWord(r.r.at(i), dwLenStatus), lenStatus(0, uint16(st)))
+		storeWord(descWord(r.r.at(i), dwLenStatus), r.emptyStatus(i))
 		i = r.r.add(i, 1)
 	}
 	r.cur = i
