@@ -78,3 +78,36 @@ func TestDeliverReadsNothingAfterRelease(t *testing.T) {
 		t.Errorf("handed up % x, want % x", r.heads[0], want)
 	}
 }
+
+// FuzzDeliverCopiesWhatArrived hands deliver arbitrary frames from a device
+// that scribbles over each buffer it gets back: every frame is either
+// counted (runt, unknown EtherType) or handed up with exactly the bytes
+// that arrived after its Ethernet header.
+func FuzzDeliverCopiesWhatArrived(f *testing.F) {
+	f.Add([]byte("\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00payload"))
+	f.Add([]byte("\xff\xff\xff\xff\xff\xff\x02\x00\x00\x00\x00\x02\x08\x06arp"))
+	f.Add([]byte("short"))
+	f.Add(make([]byte, 1514))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		mac := tcpip.LinkAddress("\x02\x00\x00\x00\x00\x01")
+		want := append([]byte(nil), frame...)
+		var e Endpoint
+		var r pktTypeRecorder
+		e.deliver(&r, &scribbledFrame{b: frame}, mac)
+		st := e.stats.Stats
+		switch {
+		case len(want) < 14:
+			if len(r.types) != 0 || st.RxRunts != 1 {
+				t.Fatalf("%d-byte runt: %d handed up, %d counted", len(want), len(r.types), st.RxRunts)
+			}
+		case string(want[12:14]) != "\x08\x00" && string(want[12:14]) != "\x86\xdd" && string(want[12:14]) != "\x08\x06":
+			if len(r.types) != 0 || st.RxUnknownType != 1 {
+				t.Fatalf("EtherType % x: %d handed up, %d counted", want[12:14], len(r.types), st.RxUnknownType)
+			}
+		default:
+			if len(r.types) != 1 || !bytes.Equal(r.heads[0], want[14:]) {
+				t.Fatalf("%d-byte frame: handed up %d packets, first % x", len(want), len(r.types), r.heads)
+			}
+		}
+	})
+}
