@@ -95,8 +95,13 @@ func TestSharedBAR(t *testing.T) {
 	var wire [][]byte
 	var wmu sync.Mutex
 	m.SetPeer(func(f []byte) { wmu.Lock(); wire = append(wire, f); wmu.Unlock() })
+	// The model learns the driver's stores by polling the shared BAR in
+	// another goroutine; under -race on a loaded 2-core machine one command
+	// once took over the default 5 s. The timeouts only guard against a
+	// hang here: nothing is asserted about time.
 	nic, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: bar, Mem: mem,
-		Sleep: func() { time.Sleep(10 * time.Microsecond) }})
+		Sleep:      func() { time.Sleep(10 * time.Microsecond) },
+		CmdTimeout: 2 * time.Minute, FirmwareTimeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatalf("Open over the shared BAR: %v", err)
 	}
