@@ -808,6 +808,19 @@ func alignedView(b []byte) *buffer.View {
 	return v
 }
 
+// alignedViewSum is alignedView that also returns the sum (pkt.Sum) of
+// b[from:], summed while it is copied: the TCP or UDP segment whose
+// checksum the hardware did not verify. On ARM that pass costs about what
+// summing alone did (pkt.CopySum), saving the separate copy's memmove.
+func alignedViewSum(b []byte, from int) (*buffer.View, uint32) {
+	v := buffer.NewViewSize(len(b) + rxAlign)
+	d := v.AsSlice()[rxAlign:]
+	copy(d[:from], b[:from])
+	s := pkt.CopySum(d[from:], b[from:])
+	v.TrimFront(rxAlign)
+	return v, s
+}
+
 // deliver copies a frame once into a gVisor buffer and hands it up.
 func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAddress) {
 	b := f.Bytes()
@@ -825,14 +838,17 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		e.count(func(s *Stats) { s.RxUnknownType++ })
 		return
 	}
-	var h pkt.Headers
+	var (
+		h pkt.Headers
+		v *buffer.View
+	)
 	if e.opts.GRO && proto != header.ARPProtocolNumber {
 		// RX offload is advertised: everything the hardware did not check
 		// is checked here.
 		ipOK, l4OK := f.Verified()
-		var v verdict
-		h, v = e.softVerify(b, ipOK, l4OK)
-		switch v {
+		var hv verdict
+		v, hv = e.copyVerified(&h, b, ipOK, l4OK)
+		switch hv {
 		case verdictBad:
 			f.Release()
 			e.count(func(s *Stats) { s.RxBadCsum++ })
@@ -840,15 +856,9 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		case verdictSoft:
 			e.count(func(s *Stats) { s.RxSoftCsum++ })
 		}
-		// Hand up the IP datagram without the link layer's padding (a
-		// frame under 60 bytes is padded with zeros on the wire): gVisor's
-		// GRO takes a segment's payload length from the buffer, not the
-		// IP header, so it merged a padded pure ACK into the preceding
-		// data segment of its connection as 6 bytes of data (the QEMU
-		// soak's corrupted sink transfers).
-		b = b[:h.IPEnd]
+	} else {
+		v = alignedView(b)
 	}
-	v := alignedView(b)
 	f.Release()
 	// From here on b is the copy: Release may have handed the device's
 	// buffer back (a later Receive, another goroutine's, could refill it).
@@ -897,6 +907,34 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 	p.DecRef()
 }
 
+// copyVerified is softVerify of frame b followed by its copy (alignedView)
+// when the verdict is not bad, with the TCP or UDP checksum, where it is
+// checked here, verified on the sum taken while copying. The copy holds
+// the IP datagram without the link layer's padding (a frame under 60
+// bytes is padded with zeros on the wire): gVisor's GRO takes a segment's
+// payload length from the buffer, not the IP header, so it merged a
+// padded pure ACK into the preceding data segment of its connection as 6
+// bytes of data (the QEMU soak's corrupted sink transfers). A bad frame
+// gets no view. The frame's headers are left in *h (filled in place: a
+// Headers is eight words, and each copy of one cost a duffcopy per frame).
+func (e *Endpoint) copyVerified(h *pkt.Headers, b []byte, ipOK, l4OK bool) (*buffer.View, verdict) {
+	hv, l4 := e.verifyHeaders(h, b, ipOK, l4OK)
+	if hv == verdictBad {
+		return nil, hv
+	}
+	b = b[:h.IPEnd]
+	if !l4 {
+		return alignedView(b), hv
+	}
+	v, sum := alignedViewSum(b, h.L4)
+	ok, checked := pkt.TransportSumOK(v.AsSlice(), h, sum)
+	if hv = transportVerdict(ok, checked, h.Proto == pkt.ProtoTCP || h.IPv6); hv == verdictBad {
+		v.Release()
+		return nil, hv
+	}
+	return v, hv
+}
+
 type verdict int
 
 const (
@@ -913,30 +951,48 @@ const (
 // could not parse it either, but the endpoint does not bet a checksum on
 // that.
 func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) {
-	h, err := pkt.Parse(f)
-	if err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
-		return pkt.Headers{CsumOff: -1}, verdictBad
+	var h pkt.Headers
+	v, l4 := e.verifyHeaders(&h, f, ipOK, l4OK)
+	if l4 {
+		ok, checked := pkt.TransportOK(f, &h)
+		v = transportVerdict(ok, checked, h.Proto == pkt.ProtoTCP || h.IPv6)
 	}
-	v := verdictHW
+	return h, v
+}
+
+// verifyHeaders is softVerify up to the TCP or UDP checksum: it parses f
+// into *h and checks its IPv4 header sum unless ipOK, and reports in l4 whether
+// the segment's checksum is still to be verified (a TCP or UDP segment,
+// not a fragment, not verified by the hardware); then the verdict is
+// transportVerdict's, not v.
+func (e *Endpoint) verifyHeaders(h *pkt.Headers, f []byte, ipOK, l4OK bool) (v verdict, l4 bool) {
+	if err := h.Parse(f); err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
+		*h = pkt.Headers{CsumOff: -1}
+		return verdictBad, false
+	}
+	v = verdictHW
 	if !h.IPv6 && !ipOK {
 		v = verdictSoft
 		if !pkt.IPv4HeaderOK(f, h) {
-			return h, verdictBad
+			return verdictBad, false
 		}
 	}
 	if h.Fragment {
-		return h, v // fragCheck verifies the datagram
+		return v, false // fragCheck verifies the datagram
 	}
 	if h.Proto != pkt.ProtoTCP && h.Proto != pkt.ProtoUDP {
-		return h, v // gVisor checks other protocols' checksums itself
+		return v, false // gVisor checks other protocols' checksums itself
 	}
-	if l4OK {
-		return h, v
+	return v, !l4OK
+}
+
+// transportVerdict turns pkt.TransportOK's answer for a segment into a
+// verdict: bad for a bad sum, or no sum where one is required (required:
+// TCP always, UDP over IPv6, RFC 8200 8.1), or a header cut short; else
+// soft.
+func transportVerdict(ok, checked, required bool) verdict {
+	if !ok && (checked || required) {
+		return verdictBad
 	}
-	if ok, checked := pkt.TransportOK(f, h); !ok && (checked || h.Proto == pkt.ProtoTCP || h.IPv6) {
-		// A bad sum, or no sum where one is required: TCP always,
-		// UDP over IPv6 (RFC 8200 8.1); or a header cut short.
-		return h, verdictBad
-	}
-	return h, verdictSoft
+	return verdictSoft
 }

@@ -423,11 +423,11 @@ func (m *Model) rxVerdict(f []byte, cqe []byte) {
 	}
 	cqe[0x1D] = l4t<<4 | l3t<<2
 	binary.BigEndian.PutUint16(cqe[0x14:], pkt.Fold(pkt.Sum(0, f[h.L3:h.IPEnd])))
-	if !pkt.IPv4HeaderOK(f, h) {
+	if !pkt.IPv4HeaderOK(f, &h) {
 		return
 	}
 	cqe[0x1C] |= 0x02
-	if ok, checked := pkt.TransportOK(f, h); ok && checked {
+	if ok, checked := pkt.TransportOK(f, &h); ok && checked {
 		cqe[0x1C] |= 0x04
 	}
 }

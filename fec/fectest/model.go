@@ -1053,7 +1053,7 @@ func rxChecksum(f []byte) (e0, e1 uint32) {
 		e0 |= fec.RXE_FRAG
 	}
 	payload := h.IPEnd - h.L4
-	if payload < 3 || !pkt.IPv4HeaderOK(f, h) {
+	if payload < 3 || !pkt.IPv4HeaderOK(f, &h) {
 		e0 |= fec.RXE_ICE
 	}
 	l4hdr := 0
@@ -1064,7 +1064,7 @@ func rxChecksum(f []byte) (e0, e1 uint32) {
 	case h.Proto == pkt.ProtoUDP && payload >= 8:
 		l4hdr = 8
 	}
-	if ok, checked := pkt.TransportOK(f, h); !ok || !checked || payload < 3 {
+	if ok, checked := pkt.TransportOK(f, &h); !ok || !checked || payload < 3 {
 		e0 |= fec.RXE_PCR
 	}
 	hl := min((h.L4-h.L3+l4hdr)/4, 31)

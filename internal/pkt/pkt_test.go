@@ -161,6 +161,86 @@ func FuzzSum(f *testing.F) {
 	})
 }
 
+// checkCopySum copies src into a buffer of junk at every destination
+// offset 0-7 and checks the copy, the bytes around it and the sum.
+func checkCopySum(t *testing.T, src []byte) {
+	t.Helper()
+	want := Fold(naiveSum(0, src))
+	for o := 0; o < 8; o++ {
+		buf := bytes.Repeat([]byte{0xA5}, len(src)+16)
+		dst := buf[o : o+len(src)+1] // one spare byte: CopySum must not touch it
+		if got := Fold(CopySum(dst, src)); got != want {
+			t.Fatalf("length %d dst offset %d: sum %#x want %#x", len(src), o, got, want)
+		}
+		if !bytes.Equal(dst[:len(src)], src) {
+			t.Fatalf("length %d dst offset %d: copy differs", len(src), o)
+		}
+		for i, c := range buf {
+			if (i < o || i >= o+len(src)) && c != 0xA5 {
+				t.Fatalf("length %d dst offset %d: byte %d outside the copy changed", len(src), o, i)
+			}
+		}
+	}
+}
+
+func TestCopySumEveryAlignment(t *testing.T) {
+	b := make([]byte, 3100)
+	for i := range b {
+		b[i] = byte(i*13 + i>>5)
+		if i%11 == 0 {
+			b[i] = 0xFF // carries
+		}
+	}
+	for start := 0; start < 8; start++ {
+		for n := 0; n < 300; n++ {
+			checkCopySum(t, b[start:start+n])
+		}
+		for _, n := range []int{1460, 1480, 1500, 1512, 2000, 3000} {
+			checkCopySum(t, b[start:start+n])
+		}
+	}
+	checkCopySum(t, bytes.Repeat([]byte{0xFF}, 2999))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a short destination did not panic")
+		}
+	}()
+	CopySum(make([]byte, 99), b[:100])
+}
+
+// FuzzCopySum: CopySum copies exactly src and sums it as RFC 1071's loop,
+// at any source and destination offset (on ARM, the assembly).
+func FuzzCopySum(f *testing.F) {
+	f.Add(bytes.Repeat([]byte{0xFF}, 300), uint8(2))
+	f.Add(bytes.Repeat([]byte("0123456789abcdef"), 95), uint8(6))
+	f.Fuzz(func(t *testing.T, b []byte, off uint8) {
+		o := int(off) % 8
+		if o > len(b) {
+			return
+		}
+		checkCopySum(t, b[o:])
+	})
+}
+
+// BenchmarkCopySum1500 against BenchmarkCopyThenSum1500: a received frame
+// copied to its aligned buffer with its segment summed.
+func BenchmarkCopySum1500(b *testing.B) {
+	src, dst := make([]byte, 1504), make([]byte, 1504)
+	b.SetBytes(1500)
+	for b.Loop() {
+		CopySum(dst[2:], src[2:1502])
+	}
+}
+
+func BenchmarkCopyThenSum1500(b *testing.B) {
+	src, dst := make([]byte, 1504), make([]byte, 1504)
+	b.SetBytes(1500)
+	for b.Loop() {
+		copy(dst[2:], src[2:1502])
+		Sum(0, src[2:1502])
+	}
+}
+
 func BenchmarkSum1500(b *testing.B) {
 	buf := make([]byte, 1500)
 	b.SetBytes(1500)
@@ -188,19 +268,31 @@ func TestChecksumVerifiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, checked := TransportOK(f, h); !IPv4HeaderOK(f, h) || !ok || !checked {
+	// TransportSumOK with the segment's sum must agree with TransportOK.
+	both := func() (ok, checked bool) {
+		ok, checked = TransportOK(f, &h)
+		ok2, checked2 := TransportSumOK(f, &h, Sum(0, f[h.L4:h.IPEnd]))
+		if ok2 != ok || checked2 != checked {
+			t.Fatalf("TransportSumOK says %v/%v, TransportOK %v/%v", ok2, checked2, ok, checked)
+		}
+		return ok, checked
+	}
+	if ok, checked := both(); !IPv4HeaderOK(f, &h) || !ok || !checked {
 		t.Fatal("valid frame rejected")
 	}
 	f[44] ^= 1
-	if ok, checked := TransportOK(f, h); ok || !checked {
+	if ok, checked := both(); ok || !checked {
 		t.Fatal("corrupt payload accepted")
 	}
+	if ok, checked := TransportSumOK(f, &h, 0); ok || !checked {
+		t.Fatal("a wrong segment sum was accepted")
+	}
 	binary.BigEndian.PutUint16(udp[6:], 0) // IPv4 UDP without a checksum
-	if _, checked := TransportOK(f, h); checked {
+	if _, checked := both(); checked {
 		t.Fatal("zero UDP checksum was checked")
 	}
 	ip[8]++
-	if IPv4HeaderOK(f, h) {
+	if IPv4HeaderOK(f, &h) {
 		t.Fatal("corrupt IPv4 header accepted")
 	}
 }
@@ -256,5 +348,32 @@ func TestParseStopsAtARealFragmentHeader(t *testing.T) {
 	body = []byte{17, 0, 0, 0, 0, 0, 0, 1, 0, 9, 0, 9, 0, 8, 0, 0}
 	if h, err := Parse(v6Frame(44, body)); err != nil || h.Fragment || h.Proto != ProtoUDP || h.L4 != 14+48 {
 		t.Fatalf("atomic fragment: %+v, %v", h, err)
+	}
+}
+
+// TestPseudoSumMatchesThePseudoHeader: PseudoSum equals RFC 1071's loop
+// over the pseudo-header written out (RFC 793 3.1, RFC 8200 8.1) for
+// random addresses, protocols and lengths.
+func TestPseudoSumMatchesThePseudoHeader(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 2000; i++ {
+		v6 := i%2 == 1
+		ip := make([]byte, 40)
+		for j := range ip {
+			ip[j] = byte(r.Uint32())
+			if r.IntN(3) == 0 {
+				ip[j] = 0xFF
+			}
+		}
+		proto, l4len := r.IntN(256), r.IntN(65536)
+		var ph []byte
+		if v6 {
+			ph = append(append(ph, ip[8:40]...), byte(l4len>>24), byte(l4len>>16), byte(l4len>>8), byte(l4len), 0, 0, 0, byte(proto))
+		} else {
+			ph = append(append(ph, ip[12:20]...), 0, byte(proto), byte(l4len>>8), byte(l4len))
+		}
+		if got, want := Fold(PseudoSum(ip, v6, proto, l4len)), Fold(naiveSum(0, ph)); got != want {
+			t.Fatalf("v6 %v proto %d len %d: %#x want %#x", v6, proto, l4len, got, want)
+		}
 	}
 }
