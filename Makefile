@@ -119,6 +119,8 @@ fuzz:
 ## bench: the README's figures: host benchmarks summarised with benchstat, then the QEMU comparison
 ## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile), all in build/bench/report.md
 BENCHSIZE  ?= 33554432
+## the transfers of issue 16's cost targets, measured on stock and patched gVisor (tamanic-cost -cfg)
+COSTCFG    ?= tx:bounce:512,tx:sg:512,tx:tso:512,rx:tso:512
 BENCHCOUNT ?= 6
 # make bench runs every board (build/bench-BOARD/, the mx6ullevk in
 # build/bench/) and puts them side by side in build/bench/boards.md;
@@ -134,6 +136,12 @@ bench-qemu:
 	done
 	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \
 	  $(foreach b,$(BENCHBOARDS),$(b)=build/bench$(if $(filter-out mx6ullevk,$(b)),-$(b)))
+	@if echo " $(BENCHBOARDS) " | grep -q " mx6ullevk "; then \
+	  echo "bench: issue 16's targets: tamanic-cost on stock gVisor, then with docs/gvisor-patches/ (about 5 min)" >&2; \
+	  GVISOR_PATCHES=0 scripts/gvisor-patched.sh -warm -runs 3 -size $(BENCHSIZE) -cfg $(COSTCFG) -o build/bench/cost-stock -json build/bench/cost-stock.json && \
+	  scripts/gvisor-patched.sh -warm -runs 3 -size $(BENCHSIZE) -cfg $(COSTCFG) -o build/bench/cost-gvisor -json build/bench/cost-gvisor.json && \
+	  $(GO) run ./qemu/cmd/tamanic-bench -targets build/bench/targets.md build/bench/cost-stock.json build/bench/cost-gvisor.json; \
+	fi
 
 bench-host:
 	@mkdir -p build/bench

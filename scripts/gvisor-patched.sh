@@ -12,7 +12,9 @@
 #
 #   scripts/gvisor-patched.sh -warm -runs 3 -cfg tx:bounce:512,tx:sg:512,rx:tso:512 -o build/cost-gvisor
 #
-# GVISOR_PATCHES=N applies only the first N patches (for per-patch figures).
+# GVISOR_PATCHES=N applies only the first N patches (for per-patch figures);
+# GVISOR_PATCHES=0 builds stock gVisor through the same go.work (make bench
+# measures both, back to back, for its issue-16 targets table).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,7 @@ cp -r "$src" "$dst"
 chmod -R u+w "$dst"
 
 n=0
+applied=
 for p in "$root"/docs/gvisor-patches/*.patch; do
 	[ -e "$p" ] || continue
 	if [ -n "${GVISOR_PATCHES:-}" ] && [ "$n" -ge "$GVISOR_PATCHES" ]; then
@@ -50,8 +53,11 @@ for p in "$root"/docs/gvisor-patches/*.patch; do
 	fi
 	echo "gvisor-patched: applying $(basename "$p")"
 	patch -s -p1 -d "$dst" <"$p"
+	applied=${applied:+$applied,}$(basename "$p" .patch)
 	n=$((n + 1))
 done
+# tamanic-cost -json records which patches the firmware was built with.
+export TAMANIC_GVISOR_PATCHES=$applied
 
 goversion=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
 work=$root/build/gvisor-patched.work

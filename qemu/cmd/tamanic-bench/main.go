@@ -96,6 +96,7 @@ func main() {
 	withBaseline := flag.Bool("baseline", true, "also build and measure the baseline firmware (TamaGo's own ENET driver with usbarmory/go-net, module baseline/; mx6ullevk only)")
 	withTEE := flag.Bool("tee", true, "also build and measure the TrustZone-partitioned image (make firmware TEE=1; mx6ullevk only)")
 	teeOnly := flag.Bool("tee-only", false, "only measure the TrustZone-partitioned image and the unpartitioned one in bounce, sg and tso (tee-report.md)")
+	targets := flag.String("targets", "", "write issue 16's cost-target table to this file from two tamanic-cost -json files (stock, patched gVisor) given as arguments, append it to the report.md beside it if there is one, and exit")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if *cmp != "" {
@@ -106,6 +107,12 @@ func main() {
 		fmt.Print(rep.String())
 		os.MkdirAll(filepath.Dir(*cmp), 0o755)
 		if err := os.WriteFile(*cmp, []byte(rep.String()), 0o644); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *targets != "" {
+		if err := writeTargets(*targets, flag.Args()); err != nil {
 			fail(err)
 		}
 		return

@@ -24,6 +24,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -61,7 +62,13 @@ func main() {
 	dump := flag.Bool("dump", false, "print every firmware counter that changed, per MiB")
 	iprof := flag.Int("iprof", 0, "instruction-count profile: print the top N functions (0: none)")
 	callers := flag.String("callers", "", "with -iprof: comma-separated functions whose calls to count by caller")
+	jsonOut := flag.String("json", "", "also write the measured runs to this file as JSON (qemu.CostRun)")
 	flag.Parse()
+	var patches []string
+	if p := os.Getenv("TAMANIC_GVISOR_PATCHES"); p != "" {
+		patches = strings.Split(p, ",") // set by scripts/gvisor-patched.sh
+	}
+	var measured []qemu.CostRun
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if why := qemu.Missing(); why != "" {
@@ -153,6 +160,8 @@ func main() {
 			irq, rx, tx := d(".nic.irq_ns"), d(".nic.endpoint.RxNs"), d(".nic.endpoint.TxNs")
 			fmt.Printf("%s #%d: busy %.3f M instructions/MiB: IRQ %.3f M, endpoint RX %.3f M, endpoint TX %.3f M, rest %.3f M; %.0f interrupts, %.0f RX passes per MiB\n",
 				c, i, busy/1e6, irq/1e6, rx/1e6, tx/1e6, (busy-irq-rx-tx)/1e6, d(".nic.irqs"), d(".nic.endpoint.RxBatches"))
+			measured = append(measured, qemu.CostRun{Board: *board, Dir: f[0], Mode: f[1], Copybreak: cb, Run: i,
+				Bytes: *size, GVisorPatches: patches, Busy: busy, IRQ: irq, RX: rx, TX: tx})
 			if *dump {
 				var ks []string
 				for k := range b {
@@ -172,6 +181,12 @@ func main() {
 				}
 				pr.report(os.Stdout, before, after, mib, *iprof)
 			}
+		}
+	}
+	if *jsonOut != "" {
+		js, _ := json.MarshalIndent(measured, "", "  ")
+		if err := os.WriteFile(*jsonOut, js, 0o644); err != nil {
+			fail(err)
 		}
 	}
 }
