@@ -237,5 +237,32 @@ func FuzzCopyVerifiedMatchesSoftVerify(f *testing.F) {
 			t.Fatalf("view holds % x, want the datagram % x", v.AsSlice(), frame[:h.IPEnd])
 		}
 		v.Release()
+		// Independently of package pkt's sums: a segment kept on a checksum
+		// checked here verifies with gVisor's checksum package too.
+		if !l4OK && !h.Fragment && (h.Proto == pkt.ProtoTCP || h.Proto == pkt.ProtoUDP) {
+			if !gvisorTransportOK(frame[:h.IPEnd], h) {
+				t.Fatalf("kept a segment gVisor's checksum rejects (headers %+v)", h)
+			}
+		}
 	})
+}
+
+// gvisorTransportOK verifies the TCP or UDP checksum of datagram f (headers
+// h) with gVisor's header and checksum packages; IPv4 UDP without a
+// checksum passes.
+func gvisorTransportOK(f []byte, h pkt.Headers) bool {
+	seg := f[h.L4:]
+	if h.Proto == pkt.ProtoUDP && !h.IPv6 && len(seg) >= 8 && binary.BigEndian.Uint16(seg[6:]) == 0 {
+		return true
+	}
+	var src, dst tcpip.Address
+	if h.IPv6 {
+		ip := header.IPv6(f[h.L3:])
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	} else {
+		ip := header.IPv4(f[h.L3:])
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	}
+	xsum := header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(h.Proto), src, dst, uint16(len(seg)))
+	return checksum.Checksum(seg, xsum) == 0xFFFF
 }

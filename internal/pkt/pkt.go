@@ -268,6 +268,7 @@ func PseudoSum(ip []byte, v6 bool, proto, l4len int) uint32 {
 		s = uint32(binary.BigEndian.Uint16(a)) + uint32(binary.BigEndian.Uint16(a[2:])) +
 			uint32(binary.BigEndian.Uint16(a[4:])) + uint32(binary.BigEndian.Uint16(a[6:]))
 		s = s>>16 + s&0xFFFF
+		s = s>>16 + s&0xFFFF // at most 0xFFFF, as Sum returns
 	}
 	return s + uint32(proto) + uint32(l4len)
 }

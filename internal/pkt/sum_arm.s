@@ -64,6 +64,8 @@ done:
 //
 // The frame is 4 bytes so that the prologue saves LR and R14 is free for
 // the end of the 64-byte blocks (R10 is g, R11 the linker's temporary).
+// Do not make it $0: a leaf without a frame keeps its return address in
+// R14, and RET would jump to the loop bound.
 TEXT ·copySumAligned(SB),NOSPLIT,$4-28
 	MOVW	dst_base+0(FP), R1
 	MOVW	src_base+12(FP), R0
