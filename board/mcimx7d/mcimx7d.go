@@ -9,8 +9,9 @@
 //
 // Memory: DDR starts at 0x8000_0000. As on the mx6ullevk, the Go runtime
 // gets the first 480 MiB and the 96 MiB above it are the DMA region, which
-// TamaGo's MMU setup maps uncached (everything outside the runtime's RAM
-// is a device region). The SABRE has 1 GiB; the rest is unused.
+// TamaGo's MMU setup maps strongly ordered (everything outside the
+// runtime's RAM); Memory remaps its buffer part cacheable. The SABRE has
+// 1 GiB; the rest is unused.
 //
 // What is only known to work under QEMU 7.2: ENET1 is taken as QEMU
 // presents it (no CCM clock roots, GPR1 clock direction, pad muxing or
@@ -67,16 +68,34 @@ func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 
 var memory *dma.System
 
-// Memory returns the DMA memory of the board (one instance: ENET1 and
-// PCIe share it). The region is mapped uncached by TamaGo, so its Cached
-// part is declared Uncached; Go heap memory TX maps in place is cleaned by
-// address range (Cortex-A7, no PL310).
+// Memory returns the DMA memory of the board (one instance: ENET1, the
+// 82574L and the ConnectX share it), its buffer part normal write-back
+// cacheable, as the i.MX6UL boards' (imx6ulboard.CacheableMemory).
+//
+// TamaGo's MMU setup (arm.CPU.InitMMU) maps only the runtime's RAM as
+// normal memory; every other section, the DMA region included, is
+// strongly ordered: uncached, each access on its own to the bus (ARM
+// Architecture Reference Manual ARMv7-A/R, A3.5), so on silicon every
+// byte the endpoint copies or sums out of a receive buffer, and every
+// bounce copy and header written into one, would go to DDR a word at a
+// time. The first call remaps the buffer part (all but the first MiB) as
+// normal memory, write-back cacheable (TEX=000 C=1 B=1,
+// arm.MemoryRegion, never executable), one 1 MiB section at a time; the
+// descriptor rings, the ConnectX command queue and mailboxes (Coherent,
+// the first MiB) stay strongly ordered. The Cortex-A7's L2 is integrated
+// (no PL310): maintenance by address to the point of coherency (clean
+// before a device reads, invalidate before the CPU reads: dma.ARMv7Cache)
+// covers both levels, and i.MX7D PCIe and ENET DMA are not coherent with
+// it, so every driver maintains every buffer it hands over (checked
+// against the non-coherent host model dmatest in the fec, e1000e and
+// connectx tests). QEMU models no cache: there the remap changes nothing
+// but the maintenance instructions executed.
 func Memory() *dma.System {
 	if memory == nil {
+		ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
 		memory = dma.NewSystem(dma.SystemConfig{
 			Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
-			Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
-				Uncached: true},
+			Cached:   dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize},
 			RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 			Cache: dma.ARMv7Cache{},
 		})
