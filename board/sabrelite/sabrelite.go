@@ -12,10 +12,10 @@
 // Memory: DDR starts at 0x1000_0000 (1 GiB on the SABRE Lite). The Go
 // runtime gets the first 480 MiB, the 96 MiB above it are the DMA region
 // (sized for a ConnectX's firmware pages), which TamaGo's MMU setup maps
-// uncached (everything outside the runtime's RAM is a device region); the
-// rest is unused. Go heap memory that TX maps
-// in place is cleaned through L1 then the PL310 (dma.ARMv7Cache with
-// Outer set).
+// strongly ordered (everything outside the runtime's RAM) and Memory
+// remaps cacheable but for its first MiB; the rest is unused. Buffers and
+// the Go heap memory that TX maps in place are maintained through L1 and
+// the PL310 (dma.ARMv7Cache with Outer set, dma.TwoLevel's order).
 //
 // What is only known to work under QEMU 7.2: QEMU emulates no PL310 (the
 // L2 path is checked against the host model, dma/dmatest), a PHY that is
@@ -91,11 +91,28 @@ func Interrupts() (n, ns int64) { return irqs.Load(), irqNs.Load() }
 var memory *dma.System
 
 // Memory returns the DMA memory of the board (one instance: the ENET and
-// a PCIe card share it). The region is mapped
-// uncached by TamaGo, so its Cached part is declared Uncached; Go heap
-// memory TX maps in place is maintained by address range through L1 and,
-// when it is on, the PL310 (clean inner then outer, invalidate outer
-// then inner).
+// a PCIe card share it), its buffer part normal write-back cacheable.
+//
+// TamaGo maps the region strongly ordered (ARM ARM ARMv7-A/R, A3.5: no
+// cache, every access on its own to the bus), which on silicon would send
+// every byte the endpoint sums and copies out of a receive buffer to DDR
+// a word at a time. The first call remaps all but the first MiB (the
+// descriptor rings and the ConnectX command queue, Coherent, stay strongly
+// ordered) as normal memory, outer and inner write-back (TEX=000 C=1 B=1,
+// arm.MemoryRegion, never executable), as the other boards do. Buffers
+// are then maintained by address range through L1 and, when EnableL2
+// turned it on, the PL310 by physical address (identity mapped here):
+// clean inner then outer then CACHE_SYNC before a device reads; inner,
+// outer, inner again before the CPU reads (dma.TwoLevel, the order of
+// Linux's arch/arm/mm/cache-l2x0.c and dma-mapping.c, checked against
+// the two-level model in dma/dmatest). Of the PL310 errata Linux works
+// around, 727915 is about background operations by way (only the start-up
+// invalidate here, with the L2 off), 753970's dummy sync is applied to
+// r3p0 only (l2c310_fixup), and 769419 (no automatic store-buffer drain)
+// is met by ending every outer operation with CACHE_SYNC and by keeping
+// the rings strongly ordered, never bufferable. QEMU has no PL310 and no
+// cache: there the remap changes nothing but the L1 maintenance
+// instructions executed.
 func Memory() *dma.System {
 	if memory != nil {
 		return memory
@@ -104,10 +121,10 @@ func Memory() *dma.System {
 	if l2On {
 		c.Outer = &dma.PL310{Regs: mmio.Block{Base: PL310Base}}
 	}
+	ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
 	memory = dma.NewSystem(dma.SystemConfig{
 		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
-		Cached: dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize,
-			Uncached: true},
+		Cached:   dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize},
 		RAMStart: RAMStart, RAMEnd: RAMStart + GoRAMSize,
 		Cache: c,
 	})
