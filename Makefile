@@ -18,7 +18,7 @@ LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
 DCD       = $(or $(wildcard board/$(BOARD)/imximage.cfg),$(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg)
 
 ## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
-test: fmt vet race cover cross baseline-test
+test: fmt vet race cover cross baseline-test gvisor-test
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -32,6 +32,14 @@ baseline-test:
 
 unit:
 	$(GO) test $(PKGS)
+
+## gvisor-test: the endpoint's tests and every board's QEMU end-to-end run again with gVisor patched
+## (docs/gvisor-patches/, the build make firmware GVISOR=patched makes); the QEMU part skips as the others do
+GVISORWORK := $(CURDIR)/build/gvisor-patched.work
+gvisor-test:
+	scripts/gvisor-patched.sh --prepare
+	GOWORK=$(GVISORWORK) $(GO) test -count=1 ./netstack/...
+	GOWORK=$(GVISORWORK) $(GO) test -count=1 -run 'TestFirmwareEndToEnd$$' ./qemu/
 
 race:
 	$(GO) test -race -p 1 -count=1 $(PKGS)
@@ -73,23 +81,28 @@ FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).Bui
 ## (firmware/mx6ullevk-tee): build/tamanic-mx6ullevk-tee.elf, .bin and .imx (its DCD disables TZASC bypass).
 TEE     ?=
 HOSTILE ?=
+## GVISOR=patched links gVisor with docs/gvisor-patches/ applied (the measured cost step; not upstream, so not the default).
+GVISOR ?=
+FWENV   = $(if $(filter patched,$(GVISOR)),GOWORK=$(GVISORWORK))
 firmware:
+	@case "$(GVISOR)" in ""|stock|patched) ;; *) echo "firmware: GVISOR=$(GVISOR): want stock or patched"; exit 1;; esac
+	@if [ "$(GVISOR)" = patched ]; then scripts/gvisor-patched.sh --prepare; fi
 	@case "$(DHCP)" in ""|on|off) ;; *) echo "firmware: DHCP=$(DHCP): want on or off"; exit 1;; esac
 	@if [ "$(DHCP)" = off ] && [ -z "$(IP)" ]; then echo "firmware: DHCP=off needs IP=a.b.c.d/n"; exit 1; fi
 	@mkdir -p build
 ifeq ($(TEE),1)
 	@if [ "$(BOARD)" != mx6ullevk ]; then echo "firmware: TEE=1 is for BOARD=mx6ullevk"; exit 1; fi
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize,tamanic_tee -ldflags "$(FWLDFLAGS) $(if $(HOSTILE),-X main.Hostile=1)" \
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,tamanic_tee -ldflags "$(FWLDFLAGS) $(if $(HOSTILE),-X main.Hostile=1)" \
 	  -o build/tamanic-mx6ullevk-tee-normal.elf ./firmware/mx6ullevk-tee/normal
 	cp build/tamanic-mx6ullevk-tee-normal.elf firmware/mx6ullevk-tee/assets/normal.elf
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000" \
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000" \
 	  -o build/tamanic-mx6ullevk-tee.elf ./firmware/mx6ullevk-tee
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  { cat $$dcd; echo "DATA 4 0x020e4024 0x00000001 # IOMUXC_GPR_GPR9 TZASC1_BYP: TZASC on before DDR init"; } > build/tamanic-mx6ullevk-tee.dcd; \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd build/tamanic-mx6ullevk-tee.dcd -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; \
 	else $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; fi
 else
-	$(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no DCD for $(BOARD) (board/$(BOARD)/imximage.cfg or TamaGo's): .bin only, no .imx"; \

@@ -21,14 +21,24 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 go=${GO:-go}
 
+# --prepare only writes the patched copy and the go.work and prints the
+# go.work's path (make firmware GVISOR=patched, make test's gvisor-test).
+prepare=
+if [ "${1:-}" = --prepare ]; then
+	prepare=1
+	shift
+fi
+
 # Skip (exit 0, one line) where the firmware cannot be built or booted:
 # the same checks as qemu.Missing.
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
+if [ -n "$prepare" ]; then
+	: # building the copy needs only go and patch
+elif ! command -v qemu-system-arm >/dev/null 2>&1; then
 	echo "gvisor-patched: SKIP: qemu-system-arm is not installed"
 	exit 0
 fi
-if ! "$go" tool -n tamago >/dev/null 2>&1 ||
-	[ ! -x "${XDG_CACHE_HOME:-$HOME/.cache}/tamago-go/tamago-go1.26.0/bin/go" ]; then
+if [ -z "$prepare" ] && { ! "$go" tool -n tamago >/dev/null 2>&1 ||
+	[ ! -x "${XDG_CACHE_HOME:-$HOME/.cache}/tamago-go/tamago-go1.26.0/bin/go" ]; }; then
 	echo "gvisor-patched: SKIP: the TamaGo compiler (go tool tamago, tamago-go1.26.0) is not installed"
 	exit 0
 fi
@@ -75,5 +85,9 @@ got=$("$go" list -m -f '{{if .Replace}}{{.Replace.Dir}}{{end}}' gvisor.dev/gviso
 if [ "$got" != "$dst" ]; then
 	echo "gvisor-patched: go.work does not replace gvisor.dev/gvisor (got '$got')" >&2
 	exit 1
+fi
+if [ -n "$prepare" ]; then
+	echo "$work"
+	exit 0
 fi
 exec "$go" run ./qemu/cmd/tamanic-cost "$@"
