@@ -8,8 +8,42 @@ import (
 	"github.com/tamanic/tamanic/dma"
 )
 
-// RxBufSize is the receive buffer size (RCTL.BSIZE 00, BSEX 0).
+// RxBufSize is the receive buffer size (RCTL.BSIZE 00, BSEX 0): the most
+// the controller writes into one descriptor's buffer.
 const RxBufSize = 2048
+
+// RxAlign is how far into its DMA slot each receive buffer starts, so a
+// frame's IP header, 14 bytes in, is 4-byte aligned, as the ENET's SHIFT16
+// leaves it. The gVisor endpoint copies each frame 2 bytes into its own
+// buffer; with source and destination equally aligned mod 4, 32-bit ARM's
+// memmove and the one-pass copy and checksum take their word paths. Linux
+// does the same: e1000e netdev.c e1000_alloc_rx_buffers posts skb->data of
+// __netdev_alloc_skb_ip_align, NET_IP_ALIGN (2 unless the architecture
+// overrides it; 32-bit ARM does not) past an aligned address.
+//
+// The controller allows it. The family's manual: "The Ethernet controller
+// places no alignment restrictions on packet buffer addresses" (PCI/PCI-X
+// Family of Gigabit Ethernet Controllers Software Developer's Manual,
+// 3.2.2 Receive Data Storage); the 82575EB's manual says the same in its
+// Receive Data Storage section and asks at most 16-bit alignment (with No
+// Snoop in advanced descriptors), which RxAlign keeps. The 82574
+// datasheet's receive descriptor formats give the buffer address as a
+// plain 64-bit field; its own sentence on alignment was not found here.
+// QEMU's e1000e writes a frame with pci_dma_write at the descriptor's
+// address plus what it already wrote, at most the RCTL.BSIZE buffer size
+// per descriptor, with no alignment check (e1000e_core.c
+// e1000e_write_to_rx_buffers).
+const RxAlign = 2
+
+// rxSlot is each buffer's share of the DMA pool: RxAlign, then the whole
+// RCTL.BSIZE buffer the controller may write, rounded up to whole cache
+// lines so invalidating one slot never touches its neighbours. Linux maps
+// only rx_buffer_len (1522 bytes at MTU 1500) behind its 2048-byte BSIZE,
+// relying on RCTL.LPE to drop longer frames ("adjust allocation if LPE
+// protects us, and we aren't using SBP", e1000_change_mtu); here the
+// controller may fill the whole BSIZE it was told and stay inside the
+// slot.
+const rxSlot = (RxAlign + RxBufSize + dma.CacheLine - 1) &^ (dma.CacheLine - 1)
 
 type rxRing struct {
 	ring  dma.Buffer
@@ -25,14 +59,14 @@ func (r *rxRing) alloc(m dma.Memory, n, spare int) error {
 	if r.ring, err = m.Alloc(n*DescSize, 128, dma.Coherent); err != nil {
 		return fmt.Errorf("e1000e: RX ring: %w", err)
 	}
-	pool, err := m.Alloc((n+spare)*RxBufSize, dma.CacheLine, dma.Cached)
+	pool, err := m.Alloc((n+spare)*rxSlot, dma.CacheLine, dma.Cached)
 	if err != nil {
 		return fmt.Errorf("e1000e: RX buffers: %w", err)
 	}
 	r.n = n
 	r.pool = make([]Frame, n+spare)
 	for i := range r.pool {
-		r.pool[i].buf = pool.Slice(i*RxBufSize, RxBufSize)
+		r.pool[i].buf = pool.Slice(i*rxSlot, rxSlot)
 	}
 	r.bufs = make([]*Frame, n)
 	for i := range r.bufs {
@@ -52,10 +86,12 @@ func (r *rxRing) store(i, w int, v uint32) { atomic.StoreUint32(r.word(i, w), v)
 func (r *rxRing) load(i, w int) uint32     { return atomic.LoadUint32(r.word(i, w)) }
 
 // arm gives descriptor i its buffer in the read format: the buffer
-// address, and a zero upper half (which clears DD).
+// address (RxAlign into the slot), and a zero upper half (which clears DD).
+// The invalidate covers the whole slot: the cache lines holding the
+// RxBufSize bytes the controller may write from that address, no more.
 func (r *rxRing) arm(m dma.Memory, i int) {
 	m.SyncForDevice(&r.bufs[i].buf, 0, r.bufs[i].buf.Len(), dma.FromDevice)
-	a := uint64(r.bufs[i].buf.Addr())
+	a := uint64(r.bufs[i].buf.Addr()) + RxAlign
 	r.store(i, 0, uint32(a))
 	r.store(i, 1, uint32(a>>32))
 	r.store(i, 3, 0)
@@ -147,7 +183,7 @@ func (n *NIC) Receive() (*Frame, error) {
 	n.cfg.Mem.SyncForCPU(&slot.buf, 0, buf.Len(), dma.FromDevice)
 	if err == nil {
 		f = slot
-		f.n, f.data, f.IPv4, f.L4 = n, buf.Bytes()[:ln], false, false
+		f.n, f.data, f.IPv4, f.L4 = n, buf.Bytes()[RxAlign:RxAlign+ln], false, false
 		if st&rxdStatIXSM == 0 {
 			f.IPv4 = st&rxdStatIPCS != 0 && st&rxdErrIPE == 0
 			f.L4 = st&(rxdStatTCPCS|rxdStatUDPCS) != 0 && st&rxdErrTCPE == 0
