@@ -151,6 +151,12 @@ func TestNotConnectX(t *testing.T) {
 	if _, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, TxRing: 100}); err == nil {
 		t.Fatal("ring of 100 accepted")
 	}
+	// The frame lands RxAlign bytes in: 2048-byte buffers hold a vport
+	// MTU of 2046 bytes (IP MTU 2024), not 2047.
+	m = connectxtest.New(connectxtest.Options{Mem: mem})
+	if _, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, RxBufSize: 2048, MTU: 2025}); err == nil {
+		t.Fatal("a 2048-byte receive buffer accepted for a 2047-byte vport MTU")
+	}
 }
 
 // revRegs reports another command interface revision.

@@ -70,7 +70,9 @@ type Config struct {
 	// TxRing is the send queue in 64-byte WQEBBs (at least 32), RxRing the
 	// receive queue in buffers (at least 16); powers of two, default 256.
 	TxRing, RxRing int
-	// RxBufSize is each receive buffer (default 2048).
+	// RxBufSize is each receive buffer (default 2048), whole cache lines;
+	// frames land RxAlign bytes in, so RxBufSize-RxAlign must hold the
+	// vport MTU (MTU+22).
 	RxBufSize int
 	// MTU is the IP MTU (default 1500).
 	MTU int
@@ -147,8 +149,8 @@ func (c *Config) defaults() error {
 	if c.RxRing < 16 || c.RxRing&(c.RxRing-1) != 0 || c.RxRing > 1<<15 {
 		return fmt.Errorf("connectx: RX ring of %d must be a power of two in 16..32768", c.RxRing)
 	}
-	if c.RxBufSize < c.MTU+22 || c.RxBufSize%dma.CacheLine != 0 {
-		return fmt.Errorf("connectx: receive buffer %d too small for MTU %d or not whole cache lines", c.RxBufSize, c.MTU)
+	if c.RxBufSize-RxAlign < c.MTU+22 || c.RxBufSize%dma.CacheLine != 0 {
+		return fmt.Errorf("connectx: receive buffer %d too small for MTU %d (%d+%d bytes) or not whole cache lines", c.RxBufSize, c.MTU, RxAlign, c.MTU+22)
 	}
 	if c.FirmwareTimeout == 0 {
 		c.FirmwareTimeout = 10 * time.Second

@@ -78,13 +78,38 @@ func (n *NIC) allocRx() error {
 	return nil
 }
 
+// RxAlign is how far into its buffer each receive data segment starts, so
+// a frame's IP header, 14 bytes in, is 4-byte aligned as the ENET's
+// SHIFT16 leaves it: the gVisor endpoint copies each frame 2 bytes into
+// its own buffer, and with source and destination equally aligned mod 4
+// 32-bit ARM's memmove and the one-pass copy and checksum take their word
+// paths. The data segment's byte_count is the buffer less RxAlign, so the
+// card, which writes at most byte_count bytes from the address (more is a
+// length error CQE), never writes past the buffer.
+//
+// An RQ data segment is a byte count, a key and a 64-bit address
+// (qp.h struct mlx5_wqe_data_seg; the PRM's receive data segment); no
+// alignment of the address is asked anywhere found here, and both mlx5
+// Ethernet drivers post unaligned ones. Linux mlx5e adds the RQ headroom
+// to the buffer address (en_rx.c mlx5e_alloc_rx_wqe: addr + frag->offset
+// + headroom), a headroom that starts at NET_IP_ALIGN (en/params.c
+// mlx5e_get_linear_rq_headroom: NET_IP_ALIGN + MLX5_RX_HEADROOM, which is
+// NET_SKB_PAD; NET_IP_ALIGN is 2 unless the architecture overrides it,
+// and 32-bit ARM does not), and gives byte_count the fragment size after
+// it (en_main.c mlx5e_alloc_rq); FreeBSD's mlx5en trims each receive mbuf
+// by MLX5E_NET_IP_ALIGN (2) before loading it into the data segment
+// (mlx5_en_rx.c mlx5e_alloc_rx_wqe), on every architecture. Both also set
+// MLX5_HW_START_PADDING (bit 31 of byte_count); this driver does not.
+const RxAlign = 2
+
 // postRx writes buffer id into the next RQ slot (the caller publishes the
-// doorbell record).
+// doorbell record). The invalidate covers the whole buffer: the cache
+// lines holding the byte_count bytes the card may write from RxAlign on.
 func (n *NIC) postRx(id uint32) {
 	b := &n.rq.bufs[id]
 	n.mem.SyncForDevice(b, 0, b.Len(), dma.FromDevice)
 	i := n.rq.pc & (n.rq.size - 1)
-	d := DataSeg{ByteCount: uint32(b.Len()), LKey: n.obj.rlkey, Addr: uint64(b.Addr())}
+	d := DataSeg{ByteCount: uint32(b.Len() - RxAlign), LKey: n.obj.rlkey, Addr: uint64(b.Addr()) + RxAlign}
 	d.Encode(n.rq.buf.Bytes()[i*DSSize:])
 	n.rq.slotBuf[i] = id
 	n.rq.pc++
@@ -508,7 +533,7 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 	storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
 	id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
 	b := &n.rq.bufs[id]
-	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len() {
+	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len()-RxAlign {
 		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
 		n.stats.RxPackets++
 		n.stats.RxBytes += uint64(c.ByteCnt)
@@ -516,7 +541,7 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		if l3ok && l4ok {
 			n.stats.RxCsumOK++
 		}
-		return &Frame{n: n, id: id, data: b.Bytes()[:c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
+		return &Frame{n: n, id: id, data: b.Bytes()[RxAlign : RxAlign+c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
 			csum: c.CheckSum}, nil
 	}
 	n.stats.RxErrors++
