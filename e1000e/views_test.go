@@ -151,7 +151,7 @@ func TestMultiViewGSOReferencedInPlace(t *testing.T) {
 	vc := &viewCounter{}
 	a := newHostWrapped(t, 1, true, e1000e.INTx, func(d netstack.Device) netstack.Device { vc.Device = d; return vc })
 	b := newHost(t, 2, true, e1000e.INTx)
-	w := connect(a, b)
+	w := connect(t, a, b)
 	t.Cleanup(func() {
 		a.Close()
 		b.Close()

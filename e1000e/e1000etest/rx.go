@@ -21,6 +21,20 @@ const (
 // dropped, as the silicon does.
 func (m *Model) Inject(f []byte) bool { return m.inject(f, 0) }
 
+// RxFree returns how many receive descriptors the driver has handed the
+// model and it has not filled (RDT less RDH, modulo the ring): a test's
+// wire holds frames back while it is zero, as a link partner would on
+// 802.3x PAUSE, which the model itself does not do.
+func (m *Model) RxFree() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := uint32(m.ringLen(rRDLEN))
+	if n == 0 {
+		return 0
+	}
+	return int((m.reg[rRDT] + n - m.reg[rRDH]) % n)
+}
+
 // InjectError receives a frame the MAC found bad: it is stored with the
 // given error bits (ErrCE, ErrSE, ErrRXE), as with RCTL.SBP.
 func (m *Model) InjectError(f []byte, errs uint32) bool { return m.inject(f, errs) }
