@@ -375,20 +375,17 @@ const fullWait = 100 * time.Millisecond
 
 // retryFull retries p, which the device refused with a full ring, each
 // time a completion frees descriptors, for at most fullWait and only while
-// packets are in flight (otherwise no completion will come). Linux stops
-// the queue instead of dropping; refusing at once made gVisor drop the
-// segment, and a burst of such drops left TCP (without SACK, NewReno
-// repairing one hole per retransmission timeout) crawling for 6-20 s and
-// once over two minutes through the 82574L models. Each refusal is still
-// counted in TxRingFull.
+// packets are held (otherwise no completion will come). Linux stops the
+// queue instead of dropping; refusing at once made gVisor drop the
+// segment, and after bursts of such drops TCP through the 82574L models
+// went on one retransmission timeout every 200 ms, 1-2 segments each
+// (gVisor's counters), for 6-20 s and once over two minutes. Each refusal
+// is still counted in TxRingFull.
 func (e *Endpoint) retryFull(p *stack.PacketBuffer) tcpip.Error {
 	var err tcpip.Error = &tcpip.ErrNoBufferSpace{}
 	deadline := time.Now().Add(fullWait)
 	for e.held.Load() > 0 && time.Now().Before(deadline) {
-		select {
-		case <-e.txKick:
-		case <-time.After(time.Millisecond):
-		}
+		e.awaitTxDone()
 		if err = e.writePacket(p); err == nil {
 			return nil
 		}
@@ -526,10 +523,7 @@ func (e *Endpoint) writeGSO(p *stack.PacketBuffer, hdr []byte, l3, l4 int, paylo
 			if !time.Now().Before(deadline) {
 				break
 			}
-			select {
-			case <-e.txKick:
-			case <-time.After(time.Millisecond):
-			}
+			e.awaitTxDone()
 			err = e.dev.TransmitGSO(hc, pieces, o, h)
 		}
 		if err != nil {
@@ -580,6 +574,15 @@ func (h *gsoHold) done(e *Endpoint) {
 		h.mem = nil
 		e.held.Add(-1)
 		h.p.DecRef()
+	}
+}
+
+// awaitTxDone waits for the next TX completion (txKick), or 1 ms at most
+// should its signal be missed, before a refused transmit is retried.
+func (e *Endpoint) awaitTxDone() {
+	select {
+	case <-e.txKick:
+	case <-time.After(time.Millisecond):
 	}
 }
 

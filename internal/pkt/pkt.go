@@ -232,8 +232,7 @@ func TransportOK(f []byte, h *Headers) (ok, checked bool) {
 	if !transportSummed(f, h) {
 		return false, false
 	}
-	seg := f[h.L4:h.IPEnd]
-	return Fold(Sum(PseudoSum(f[h.L3:], h.IPv6, h.Proto, len(seg)), seg)) == 0xFFFF, true
+	return summedOK(f, h, Sum(0, f[h.L4:h.IPEnd])), true
 }
 
 // TransportSumOK is TransportOK for a caller that has already summed the
@@ -243,7 +242,13 @@ func TransportSumOK(f []byte, h *Headers, segSum uint32) (ok, checked bool) {
 	if !transportSummed(f, h) {
 		return false, false
 	}
-	return Fold(segSum+PseudoSum(f[h.L3:], h.IPv6, h.Proto, h.IPEnd-h.L4)) == 0xFFFF, true
+	return summedOK(f, h, segSum), true
+}
+
+// summedOK reports whether segSum, the sum of frame f's TCP or UDP
+// segment, with the pseudo-header added folds to all ones.
+func summedOK(f []byte, h *Headers, segSum uint32) bool {
+	return Fold(segSum+PseudoSum(f[h.L3:], h.IPv6, h.Proto, h.IPEnd-h.L4)) == 0xFFFF
 }
 
 // transportSummed reports whether frame f (headers h) carries a TCP or UDP
