@@ -25,6 +25,7 @@ type NIC struct {
 	closed    bool
 	busMaster bool
 	broken    error // a CQ reported an error: its completions stopped
+	failed    error // Fail was called: no command is issued, no DMA allowed
 	undo      []undo
 	pages     map[dma.Addr]dma.Buffer // firmware pages the card holds
 	eq        queue                   // event queue ring
@@ -105,10 +106,11 @@ func (n *NIC) pushMem(name string, fn func() error) { n.undo = append(n.undo, un
 func (n *NIC) teardown() error {
 	var errs []error
 	for _, mem := range []bool{false, true} {
-		if mem && n.busMaster {
-			cs := n.cfg.ConfigSpace
-			cs.Write32(pciCommand, cs.Read32(pciCommand)&^pciCmdMaster)
-			n.busMaster = false
+		if !mem && n.failed != nil {
+			continue // a failed card is sent no command (Fail)
+		}
+		if mem {
+			n.stopBusMaster()
 		}
 		for i := len(n.undo) - 1; i >= 0; i-- {
 			if u := n.undo[i]; u.mem == mem {
@@ -120,6 +122,16 @@ func (n *NIC) teardown() error {
 	}
 	n.undo = nil
 	return errors.Join(errs...)
+}
+
+// stopBusMaster clears Bus Master Enable in the function's Command register
+// (PCI Local Bus 3.0 6.2.2): the card can no longer read or write memory.
+func (n *NIC) stopBusMaster() {
+	if n.busMaster {
+		cs := n.cfg.ConfigSpace
+		cs.Write32(pciCommand, cs.Read32(pciCommand)&^pciCmdMaster)
+		n.busMaster = false
+	}
 }
 
 // waitReady polls the initializing bit.
@@ -221,8 +233,11 @@ func (n *NIC) bringUp() error {
 	return n.queryLink()
 }
 
-// exec runs a command and counts it.
+// exec runs a command and counts it; a failed card is sent none.
 func (n *NIC) exec(in []byte, outLen int) ([]byte, error) {
+	if n.failed != nil {
+		return nil, n.failed
+	}
 	out, err := n.cmd.exec(in, outLen)
 	n.stats.Commands = n.cmd.count
 	return out, err
@@ -687,11 +702,11 @@ func (n *NIC) MAC() [6]byte { return n.mac }
 // Caps returns the capabilities read at bring-up.
 func (n *NIC) Caps() Caps { return n.caps }
 
-// Link reports the vport's operational state.
+// Link reports the vport's operational state (down once the card failed).
 func (n *NIC) Link() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.link
+	return n.link && n.failed == nil
 }
 
 // Stats returns the counters.

@@ -56,6 +56,7 @@ var (
 	ErrNoPages     = errors.New("connectx: firmware page request refused")
 	ErrCQError     = errors.New("connectx: completion queue failed")
 	ErrUARUnmapped = errors.New("connectx: UAR page outside the BAR0 mapping")
+	ErrFailed      = errors.New("connectx: card failed")
 )
 
 // Config describes one function.

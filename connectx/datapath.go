@@ -245,6 +245,9 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 // maps its data and rings the doorbell. Called with n.mu held; it returns
 // completions reclaimed on the way, to be delivered without the lock.
 func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte, cookie any) ([]completion, error) {
+	if n.failed != nil {
+		return nil, n.failed
+	}
 	if n.broken != nil {
 		return nil, n.broken
 	}
@@ -419,7 +422,7 @@ func (n *NIC) complete(done []completion) {
 // errors), TX completions, and signals RxReady when a frame waits.
 func (n *NIC) Poll() {
 	n.mu.Lock()
-	if n.closed {
+	if n.closed || n.failed != nil {
 		n.mu.Unlock()
 		return
 	}
@@ -578,6 +581,48 @@ func (n *NIC) Close() error {
 func (n *NIC) abortTx() error {
 	n.done = n.retire(n.done, 0, ErrClosed, true)
 	return nil
+}
+
+// Fail puts the NIC in the error state the mlx5 core enters when the card
+// stops answering (Linux health.c: poll_health counts polls that find the
+// health counter unchanged and at MAX_MISSES calls mlx5_enter_error_state,
+// which marks the device MLX5_DEVICE_STATE_INTERNAL_ERROR and flushes the
+// command interface; mlx5_handle_bad_state then unloads the device, which
+// frees the send queues' buffers and disables the PCI function). Here:
+//
+//   - no command is issued from now on, Close included (it frees memory
+//     without asking the card for its pages or objects back);
+//   - Bus Master Enable is cleared, so the card can no longer read or write
+//     memory, even if it comes back to life;
+//   - every send still queued completes with an error wrapping ErrFailed
+//     and cause, so the stack gets back the buffers a dead card would
+//     hold for ever;
+//   - Transmit and TransmitGSO fail with that error, Poll does nothing and
+//     Link reports down.
+//
+// Receive buffers stay allocated (the card could have been writing them
+// until BME was cleared) and are freed by Close. Fail after Close, or a
+// second time, does nothing. Recovering the card takes a new Open after
+// Close (Linux reloads the device the same way, mlx5_recover_device).
+func (n *NIC) Fail(cause error) {
+	n.mu.Lock()
+	if n.closed || n.failed != nil {
+		n.mu.Unlock()
+		return
+	}
+	n.failed = fmt.Errorf("%w: %v", ErrFailed, cause)
+	n.stopBusMaster()
+	done := n.retire(nil, 0, n.failed, true)
+	n.mu.Unlock()
+	n.complete(done)
+}
+
+// Err returns why the card failed (an error wrapping ErrFailed), or nil
+// while it has not.
+func (n *NIC) Err() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.failed
 }
 
 // Info implements netstack.Device.

@@ -74,6 +74,12 @@ func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
 	if q.state != 1 {
 		return // RST or ERR: nothing is executed
 	}
+	if !m.busMaster() {
+		// The card cannot fetch the WQEs: a function may not start a
+		// memory request with Bus Master Enable off.
+		m.stats.DMABlocked++
+		return
+	}
 	pc := atomicLoadBE(q.dbr[4:]) & 0xFFFF
 	size := uint32(1) << q.logSize
 	// The doorbell carries the control segment of a posted WQE.

@@ -92,6 +92,9 @@ type Stats struct {
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
 	// 0) to page requests.
 	PagesCantGive int
+	// DMABlocked counts send doorbells the card could not act on because
+	// Bus Master Enable was off when it came to fetch the WQEs.
+	DMABlocked int
 }
 
 // Command statuses (device.h MLX5_CMD_STAT_*), delivery statuses (cmd.c).

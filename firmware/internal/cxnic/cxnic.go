@@ -28,13 +28,18 @@ import (
 )
 
 // Health check: the card advances the init segment's health counter
-// (offset 0x1010) while its firmware runs; Linux mlx5 (health.c) declares
-// the device dead after missing it for three 2-second polls. The check
-// here is faster, as a co-simulation's model may be killed mid-transfer.
+// (offset 0x1010) while its firmware runs; Linux mlx5 (health.c
+// poll_health) declares the device failed after finding it unchanged at
+// three 2-second polls. Here the link is reported down after 1 s without a
+// change (healthMisses), which the counter moving again undoes, and the
+// card is declared failed after 6 s, as Linux does (healthFailMisses):
+// connectx.NIC.Fail clears its bus mastering and hands the stack back the
+// sends it held, for good.
 const (
-	healthOffset = 0x1010
-	healthEvery  = 250 * time.Millisecond
-	healthMisses = 4
+	healthOffset     = 0x1010
+	healthEvery      = 250 * time.Millisecond
+	healthMisses     = 4
+	healthFailMisses = 24
 )
 
 // HWTSOMode is the app.Controls mode switch of a NIC that segments in
@@ -113,7 +118,8 @@ type Stats struct {
 	Transport string         `json:"transport"`
 	BAR0      uint64         `json:"bar0"`
 	Link      bool           `json:"link"`
-	Health    string         `json:"health"` // "ok" or "stalled"
+	Health    string         `json:"health"`          // "ok", "stalled" or "failed"
+	Error     string         `json:"error,omitempty"` // why the card was declared failed
 	Counter   uint32         `json:"health_counter"`
 	Caps      connectx.Caps  `json:"caps"`
 	Driver    connectx.Stats `json:"driver"`
@@ -129,6 +135,9 @@ func (c *Controls) Stats() any {
 	s.Mode, _ = c.Mode()
 	if c.stalled.Load() {
 		s.Health = "stalled"
+	}
+	if err := n.Err(); err != nil {
+		s.Health, s.Error = "failed", err.Error()
 	}
 	s.Link = n.Link() && !c.stalled.Load()
 	return s
@@ -150,9 +159,16 @@ func (c *Controls) watch(w *pcie.Window) {
 			}
 			continue
 		}
-		if c.misses.Add(1) == healthMisses && !c.stalled.Swap(true) {
+		m := c.misses.Add(1)
+		if m == healthMisses && !c.stalled.Swap(true) {
 			fmt.Printf("CONNECTX health=stalled counter=%d (unchanged for %v): link reported down\n",
 				v, healthEvery*healthMisses)
+		}
+		if m == healthFailMisses {
+			c.card.NIC.Fail(fmt.Errorf("health counter %d unchanged for %v", v, healthEvery*healthFailMisses))
+			fmt.Printf("CONNECTX health=failed: %v: bus mastering off, held sends released; down until the board restarts\n",
+				c.card.NIC.Err())
+			return
 		}
 	}
 }
