@@ -18,6 +18,14 @@ func dcacheCleanInvalidate(start, end uintptr)
 func dcacheInvalidateRange(start, end uintptr)
 func dsb()
 
+// TranslationBarrier completes a change to the translation tables that
+// ended with a TLB invalidate, such as TamaGo's arm.CPU.ConfigureMMU
+// (whose flush_tlb issues TLBIALL with no barrier after it): DSB SY waits
+// for the invalidate to complete, ISB SY makes the instructions after it
+// translate with the new entries (ARM ARM ARMv7-A/R B3.10.1 "General TLB
+// maintenance requirements"; Linux local_flush_tlb_all ends the same way).
+func TranslationBarrier()
+
 // armInner is the core's own cache maintenance.
 type armInner struct{}
 

@@ -136,3 +136,9 @@ flushdone:
 TEXT ·dsb(SB),NOSPLIT,$0
 	WORD	$0xf57ff04f		// DSB SY
 	RET
+
+// func TranslationBarrier()
+TEXT ·TranslationBarrier(SB),NOSPLIT,$0
+	WORD	$0xf57ff04f		// DSB SY
+	WORD	$0xf57ff06f		// ISB SY
+	RET

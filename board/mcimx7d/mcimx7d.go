@@ -93,6 +93,7 @@ var memory *dma.System
 func Memory() *dma.System {
 	if memory == nil {
 		ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+		dma.TranslationBarrier() // DSB, ISB after ConfigureMMU's TLBIALL
 		memory = dma.NewSystem(dma.SystemConfig{
 			Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
 			Cached:   dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize},

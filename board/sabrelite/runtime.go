@@ -11,6 +11,7 @@ import (
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/soc/nxp/uart"
 
+	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/mmio"
 )
 
@@ -91,10 +92,39 @@ func hwinit1() {
 		ARM.EnableSMP() // ACTLR.SMP, bit 6 on the A9 as on the A7
 		ARM.InitMMU()
 		ARM.EnableCache()
+		remapDMA(uintptr(start))
 		// The L2 comes on after L1 and the MMU: RAM is mapped outer
 		// write-back by then, and the L2 is invalidated while still off.
 		l2On, l2Err = EnableL2(mmio.Block{Base: PL310Base}, 1<<20)
 	}
 	Timer = NewGlobalTimer(mmio.Block{Base: GlobalTimerBase}, GlobalTimerHz(), ARM.WaitInterrupt)
 	UART2.Init()
+}
+
+// TamaGo's translation tables: L1 at vbar+0x4000 (4096 entries), then two
+// 256-entry L2 tables at 0xc000 and 0xc400 (tamago arm/mmu.go); vbar is
+// the start of the runtime's RAM, as hwinit1 passes it to ARM.Init.
+const (
+	ttStart = 0x4000
+	ttEnd   = 0xc800
+)
+
+// remapDMA maps the DMA region but its first MiB as normal write-back
+// memory (see Memory). It runs in hwinit1, before EnableL2 turns the PL310
+// on: ConfigureMMU cleans the new entries from L1 by set/way, which does not
+// reach a PL310 (outside the A9's cache levels), and the table walker reads
+// memory uncached (TTBR0 IRGN and RGN 0), so with the L2 on an entry could
+// stay in it, unseen by the walker. When a boot loader left the PL310 on,
+// the tables' lines are cleaned from it by address (tables are identity
+// mapped), then the TLBs flushed again. Then DSB and ISB, which TamaGo's
+// TLB flush does not issue after it.
+func remapDMA(vbar uintptr) {
+	ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+	if l2 := (mmio.Block{Base: PL310Base}); l2.Read32(L2_CACHE_ID) != 0 && l2.Read32(L2_CTRL)&L2_CTRL_EN != 0 {
+		p := dma.PL310{Regs: l2}
+		p.Clean(vbar+ttStart, ttEnd-ttStart)
+		_ = p.Sync() // line operations are atomic on the L2C-310: the sync only drains
+		ARM.FlushTLBs()
+	}
+	dma.TranslationBarrier()
 }

@@ -96,9 +96,9 @@ var memory *dma.System
 // TamaGo maps the region strongly ordered (ARM ARM ARMv7-A/R, A3.5: no
 // cache, every access on its own to the bus), which on silicon would send
 // every byte the endpoint sums and copies out of a receive buffer to DDR
-// a word at a time. The first call remaps all but the first MiB (the
+// a word at a time. hwinit1 remaps all but the first MiB (the
 // descriptor rings and the ConnectX command queue, Coherent, stay strongly
-// ordered) as normal memory, outer and inner write-back (TEX=000 C=1 B=1,
+// ordered) as normal memory, before the PL310 is on (remapDMA), outer and inner write-back (TEX=000 C=1 B=1,
 // arm.MemoryRegion, never executable), as the other boards do. Buffers
 // are then maintained by address range through L1 and, when EnableL2
 // turned it on, the PL310 by physical address (identity mapped here):
@@ -121,7 +121,6 @@ func Memory() *dma.System {
 	if l2On {
 		c.Outer = &dma.PL310{Regs: mmio.Block{Base: PL310Base}}
 	}
-	ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
 	memory = dma.NewSystem(dma.SystemConfig{
 		Coherent: dma.RegionConfig{Mem: physmem.Region(DMAStart, CoherentSize), Base: DMAStart},
 		Cached:   dma.RegionConfig{Mem: physmem.Region(DMAStart+CoherentSize, DMASize-CoherentSize), Base: DMAStart + CoherentSize},

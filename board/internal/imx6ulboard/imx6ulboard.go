@@ -104,6 +104,7 @@ var (
 func CacheableMemory() *dma.System {
 	remapOnce.Do(func() {
 		imx6ul.ARM.ConfigureMMU(DMAStart+CoherentSize, DMAStart+DMASize, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+		dma.TranslationBarrier() // DSB, ISB after ConfigureMMU's TLBIALL
 		cacheable = system(false)
 	})
 	return cacheable
