@@ -25,6 +25,13 @@ type testServer struct {
 // that every goroutine it started has returned.
 func startServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
+	return startServerUDP(t, cfg, nil)
+}
+
+// startServerUDP is startServer with the UDP socket passed through wrap
+// (when not nil) before the server gets it.
+func startServerUDP(t *testing.T, cfg Config, wrap func(net.PacketConn) net.PacketConn) *testServer {
+	t.Helper()
 	before := runtime.NumGoroutine()
 	var tl net.Listener
 	var ul net.PacketConn
@@ -51,6 +58,9 @@ func startServer(t *testing.T, cfg Config) *testServer {
 			ts.logs.lines = append(ts.logs.lines, fmt.Sprintf(f, a...))
 			ts.logs.Unlock()
 		}
+	}
+	if wrap != nil {
+		ul = wrap(ul)
 	}
 	ts.Server = NewServer(tl, ul, cfg)
 	go func() { ts.done <- ts.Serve() }()

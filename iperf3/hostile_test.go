@@ -494,6 +494,47 @@ func TestUDPAccounting(t *testing.T) {
 	}
 }
 
+// slowReply holds each UDP connect reply back for a while, as a loaded
+// host may between the server registering a stream and the reply leaving.
+type slowReply struct{ net.PacketConn }
+
+func (s slowReply) WriteTo(b []byte, a net.Addr) (int, error) {
+	if bytes.Equal(b, udpConnectReply) {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return s.PacketConn.WriteTo(b, a)
+}
+
+// The first datagram a UDP stream gets is the connect reply, even when the
+// server is slow to send it and the stream is the one it sends test data on:
+// the stock client takes that first datagram as the reply (iperf3 3.12
+// iperf_udp_connect fails with "unable to read from stream socket"
+// otherwise, outside -R; a CI run met it with --bidir).
+func TestUDPConnectReplyComesFirst(t *testing.T) {
+	ts := startServerUDP(t, Config{}, func(c net.PacketConn) net.PacketConn { return slowReply{c} })
+	c := dialFake(t, ts)
+	c.start(map[string]any{"udp": true, "reverse": true, "time": 1, "parallel": 1, "len": 100, "bandwidth": 1e6})
+	u, err := net.Dial("udp4", ts.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	u.Write([]byte{'9', '8', '7', '6'})
+	b := make([]byte, 2048)
+	u.SetReadDeadline(time.Now().Add(15 * time.Second))
+	n, err := u.Read(b)
+	if err != nil || !bytes.Equal(b[:n], udpConnectReply) {
+		t.Fatalf("first datagram on the stream: %d bytes %x (%v), want the connect reply %x", n, b[:min(n, 16)], err, udpConnectReply)
+	}
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	if n, err := u.Read(b); err != nil || n != 100 {
+		t.Fatalf("test data after the reply: %d bytes, %v", n, err)
+	}
+	c.finish(0)
+	ts.idle(t)
+}
+
 func TestUDPRecvStatsJitter(t *testing.T) {
 	// Transit times 10, 12, 9, 9 ms: differences 2, 3, 0 ms; the
 	// estimate moves 1/16 of the way each time (RFC 3550 A.8).

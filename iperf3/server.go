@@ -426,12 +426,20 @@ func (s *Server) datagram(b []byte, from net.Addr, now time.Time, order uint64) 
 	st := t.udpPeers[key]
 	if st == nil {
 		if len(b) == 4 && t.phase == phaseCreate && sameHost(from, t.ctrl.RemoteAddr()) {
-			if st = t.addStreamLocked(order); st != nil {
+			var last bool
+			if st, last = t.addStreamLocked(order); st != nil {
 				st.peer = from
 				t.udpPeers[key] = st
 				s.mu.Unlock()
+				// The reply goes out before the test may start (t.ready):
+				// the stock client takes the first datagram a receiving
+				// stream gets as the reply and fails on test data (3.12,
+				// iperf_udp_connect, outside -R).
 				if _, err := s.udp.WriteTo(udpConnectReply, from); err != nil {
 					s.logf("iperf3: UDP connect reply to %v: %v", from, err)
+				}
+				if last {
+					close(t.ready)
 				}
 				return
 			}

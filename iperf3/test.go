@@ -89,11 +89,14 @@ func (t *test) addTCPStream(c net.Conn, order uint64) bool {
 	if t.p.UDP {
 		return false
 	}
-	st := t.addStreamLocked(order)
+	st, last := t.addStreamLocked(order)
 	if st == nil {
 		return false
 	}
 	st.conn = c
+	if last {
+		close(t.ready)
+	}
 	return true
 }
 
@@ -102,15 +105,17 @@ func (t *test) addTCPStream(c net.Conn, order uint64) bool {
 // connected (cookies are read concurrently, so they may register out of
 // order) and given their roles and numbers as the reference
 // implementation does: receiving streams first, then sending ones,
-// numbered 1, 3, 4, 5...
-func (t *test) addStreamLocked(order uint64) *stream {
+// numbered 1, 3, 4, 5... last reports that this was the last stream: the
+// caller closes t.ready once the stream is complete (its connection set,
+// or its UDP connect reply sent), so the test cannot start before.
+func (t *test) addStreamLocked(order uint64) (st *stream, last bool) {
 	if t.phase != phaseCreate || len(t.streams) >= t.want {
-		return nil
+		return nil, false
 	}
-	st := &stream{order: order}
+	st = &stream{order: order}
 	t.streams = append(t.streams, st)
 	if len(t.streams) < t.want {
-		return st
+		return st, false
 	}
 	sort.Slice(t.streams, func(i, j int) bool { return t.streams[i].order < t.streams[j].order })
 	for n, sm := range t.streams {
@@ -124,8 +129,7 @@ func (t *test) addStreamLocked(order uint64) *stream {
 			sm.sender = t.p.Reverse
 		}
 	}
-	close(t.ready)
-	return st
+	return st, true
 }
 
 func (t *test) setPhase(p phase) {
