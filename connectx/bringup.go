@@ -126,10 +126,22 @@ func (n *NIC) teardown() error {
 
 // stopBusMaster clears Bus Master Enable in the function's Command register
 // (PCI Local Bus 3.0 6.2.2): the card can no longer read or write memory.
+// Only the Command half of the dword is written back: Status (the upper
+// half) is write-1-to-clear and writing zeros leaves it alone. A failing
+// card may read all ones (a completion timeout or a link gone down): then
+// only Memory Space stays set, rather than every Command bit. The read
+// back makes sure the write reached the function before memory is
+// unmapped or freed (a configuration write is non-posted on PCIe, but a
+// root complex's window may buffer it).
 func (n *NIC) stopBusMaster() {
 	if n.busMaster {
 		cs := n.cfg.ConfigSpace
-		cs.Write32(pciCommand, cs.Read32(pciCommand)&^pciCmdMaster)
+		v := cs.Read32(pciCommand)
+		if v == 0xFFFFFFFF {
+			v = pciCmdMemory
+		}
+		cs.Write32(pciCommand, v&0xFFFF&^pciCmdMaster)
+		cs.Read32(pciCommand)
 		n.busMaster = false
 	}
 }

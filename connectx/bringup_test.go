@@ -14,11 +14,20 @@ import (
 	"github.com/tamanic/tamanic/internal/mmio"
 )
 
-// counting wraps DMA memory and counts live allocations.
+// counting wraps DMA memory and counts live allocations; onUnmap, when
+// set, is called before each Unmap.
 type counting struct {
 	*dmatest.Memory
-	mu   sync.Mutex
-	live map[dma.Addr]int
+	mu      sync.Mutex
+	live    map[dma.Addr]int
+	onUnmap func()
+}
+
+func (c *counting) Unmap(b *dma.Buffer, dir dma.Dir) error {
+	if c.onUnmap != nil {
+		c.onUnmap()
+	}
+	return c.Memory.Unmap(b, dir)
 }
 
 func (c *counting) Alloc(size, align int, attr dma.Attr) (dma.Buffer, error) {

@@ -583,27 +583,28 @@ func (n *NIC) abortTx() error {
 	return nil
 }
 
-// Fail puts the NIC in the error state the mlx5 core enters when the card
-// stops answering (Linux health.c: poll_health counts polls that find the
-// health counter unchanged and at MAX_MISSES calls mlx5_enter_error_state,
-// which marks the device MLX5_DEVICE_STATE_INTERNAL_ERROR and flushes the
-// command interface; mlx5_handle_bad_state then unloads the device, which
-// frees the send queues' buffers and disables the PCI function). Here:
+// Fail puts the NIC in an error state for a card that has stopped
+// answering; it is the owner's policy when to call it. (Linux's mlx5 core
+// enters its error state, mlx5_enter_error_state, on a fatal sensor: PCI
+// reads all ones, the NIC interface disabled, a firmware reset request;
+// a health counter that stops only gets logged and reported to devlink
+// there. The firmware here calls Fail when the counter has stopped and a
+// command then times out, see Check.) From Fail on:
 //
-//   - no command is issued from now on, Close included (it frees memory
-//     without asking the card for its pages or objects back);
+//   - no command is issued, Close included (it frees memory without asking
+//     the card for its pages or objects back, as Linux's error state fakes
+//     success for the destroy commands);
 //   - Bus Master Enable is cleared, so the card can no longer read or write
 //     memory, even if it comes back to life;
 //   - every send still queued completes with an error wrapping ErrFailed
-//     and cause, so the stack gets back the buffers a dead card would
-//     hold for ever;
+//     and cause, after BME is off, so the stack gets back the buffers a
+//     dead card would hold for ever;
 //   - Transmit and TransmitGSO fail with that error, Poll does nothing and
 //     Link reports down.
 //
-// Receive buffers stay allocated (the card could have been writing them
-// until BME was cleared) and are freed by Close. Fail after Close, or a
-// second time, does nothing. Recovering the card takes a new Open after
-// Close (Linux reloads the device the same way, mlx5_recover_device).
+// Receive buffers stay allocated and are freed by Close. Fail after Close,
+// or a second time, does nothing. Recovering the card takes a new Open
+// after Close (Linux reloads the device, mlx5_recover_device).
 func (n *NIC) Fail(cause error) {
 	n.mu.Lock()
 	if n.closed || n.failed != nil {
@@ -615,6 +616,22 @@ func (n *NIC) Fail(cause error) {
 	done := n.retire(nil, 0, n.failed, true)
 	n.mu.Unlock()
 	n.complete(done)
+}
+
+// Check asks the card for its vport state (QUERY_VPORT_STATE), which also
+// refreshes Link. An error wrapping ErrTimeout or ErrDead means its
+// firmware no longer answers commands. It returns ErrClosed after Close and
+// the failure after Fail. It holds the NIC for up to the command timeout.
+func (n *NIC) Check() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.closed:
+		return ErrClosed
+	case n.failed != nil:
+		return n.failed
+	}
+	return n.queryLink()
 }
 
 // Err returns why the card failed (an error wrapping ErrFailed), or nil

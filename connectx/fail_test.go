@@ -3,10 +3,12 @@ package connectx_test
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/connectx/connectxtest"
+	"github.com/tamanic/tamanic/internal/mmio"
 )
 
 // A card that stops answering (it holds every send and completes no
@@ -16,7 +18,11 @@ import (
 // issued, Close included, sends fail at once, and Close frees every
 // allocation. The card, if it comes back, can no longer reach memory.
 func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
-	n, err, m, mem := open(t, nil, connectxtest.Faults{}, nil)
+	var bar *doorbells
+	n, err, m, mem := open(t, nil, connectxtest.Faults{}, func(c *connectx.Config) {
+		bar = &doorbells{Regs: c.BAR0}
+		c.BAR0 = bar
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +40,7 @@ func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
 	frame := udp4(make([]byte, 600), false)
 	const sends = 10
 	for i := range sends {
-		// Headers inline, the rest mapped in place in two pieces.
+		// The L2 header inline, the rest mapped in place in three pieces.
 		if err := n.Transmit([][]byte{frame[:100], frame[100:400], frame[400:]}, true, i); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
@@ -43,9 +49,21 @@ func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
 	if len(got) != 0 || len(mem.LiveMappings()) == 0 {
 		t.Fatalf("before Fail: %d completions, %d mappings", len(got), len(mem.LiveMappings()))
 	}
-	cmds := n.Stats().Commands
+	cmds := bar.commands.Load()
 	cause := errors.New("health counter unchanged for 6s")
+	// Each send is unmapped only once the card can no longer read it.
+	unmaps := 0
+	mem.onUnmap = func() {
+		unmaps++
+		if m.State().BusMaster {
+			t.Errorf("unmap %d with Bus Master Enable still on", unmaps)
+		}
+	}
 	n.Fail(cause)
+	mem.onUnmap = nil
+	if unmaps != 3*sends { // each send: the rest of the first fragment after the inline bytes, and the other two
+		t.Errorf("%d unmaps during Fail, want %d", unmaps, 3*sends)
+	}
 
 	mu.Lock()
 	if len(got) != sends {
@@ -70,6 +88,9 @@ func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
 		t.Errorf("Transmit after Fail: %v", err)
 	}
 	n.Poll()
+	if err := n.Check(); !errors.Is(err, connectx.ErrFailed) {
+		t.Errorf("Check after Fail: %v", err)
+	}
 	n.Fail(errors.New("again"))
 	if err := n.Err(); err == nil || !errors.Is(err, connectx.ErrFailed) || !containsCause(err, cause) {
 		t.Errorf("Err after a second Fail: %v", err)
@@ -84,8 +105,11 @@ func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Errorf("Close after Fail: %v", err)
 	}
-	if c := n.Stats().Commands; c != cmds {
-		t.Errorf("%d commands issued after Fail", c-cmds)
+	if c := bar.commands.Load(); c != cmds {
+		t.Errorf("%d commands rung after Fail", c-cmds)
+	}
+	if err := n.Check(); !errors.Is(err, connectx.ErrClosed) {
+		t.Errorf("Check after Close: %v", err)
 	}
 	if l := mem.Live(); l != 0 {
 		t.Errorf("%d DMA allocations left after Close", l)
@@ -95,6 +119,42 @@ func TestFailReturnsHeldSendsAndStopsTheCard(t *testing.T) {
 	}
 	for _, v := range m.Violations() {
 		t.Errorf("model: %s", v)
+	}
+}
+
+// doorbells counts the command doorbells rung through BAR0.
+type doorbells struct {
+	mmio.Regs
+	commands atomic.Int64
+}
+
+func (d *doorbells) Write32(off, v uint32) {
+	if off == connectx.InitCmdDbell {
+		d.commands.Add(1)
+	}
+	d.Regs.Write32(off, v)
+}
+
+// Check answers while the card's firmware does, and reports a timeout, the
+// firmware owner's cue to Fail, once it stops answering commands.
+func TestCheckTellsALiveCardFromADeadOne(t *testing.T) {
+	n, err, m, _ := open(t, nil, connectxtest.Faults{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Check(); err != nil || !n.Link() {
+		t.Fatalf("Check on a live card: %v, link %v", err, n.Link())
+	}
+	m.SetFaults(connectxtest.Faults{StallAfter: m.Stats().Commands})
+	if err := n.Check(); !errors.Is(err, connectx.ErrTimeout) {
+		t.Fatalf("Check on a card that stopped answering: %v", err)
+	}
+	if err := n.Check(); !errors.Is(err, connectx.ErrDead) {
+		t.Fatalf("Check after a timeout: %v", err)
+	}
+	n.Fail(errors.New("no answer"))
+	if err := n.Close(); err != nil {
+		t.Errorf("Close after Fail: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@
 package cxnic
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,13 +29,15 @@ import (
 )
 
 // Health check: the card advances the init segment's health counter
-// (offset 0x1010) while its firmware runs; Linux mlx5 (health.c
-// poll_health) declares the device failed after finding it unchanged at
-// three 2-second polls. Here the link is reported down after 1 s without a
-// change (healthMisses), which the counter moving again undoes, and the
-// card is declared failed after 6 s, as Linux does (healthFailMisses):
-// connectx.NIC.Fail clears its bus mastering and hands the stack back the
-// sends it held, for good.
+// (offset 0x1010) while its firmware runs. Linux mlx5 (health.c
+// poll_health) reads it every 2 s and reports the device compromised after
+// three unchanged reads. Here the link is reported down after 1 s without
+// a change (healthMisses), which the counter moving again undoes. After
+// 6 s (healthFailMisses, Linux's three polls) the card is asked a command
+// (connectx.NIC.Check): if that times out too, its firmware is gone and the
+// card is declared failed (connectx.NIC.Fail: bus mastering off, the sends
+// it held handed back to the stack, for good); if it answers, the check is
+// repeated 5 s later.
 const (
 	healthOffset     = 0x1010
 	healthEvery      = 250 * time.Millisecond
@@ -164,11 +167,21 @@ func (c *Controls) watch(w *pcie.Window) {
 			fmt.Printf("CONNECTX health=stalled counter=%d (unchanged for %v): link reported down\n",
 				v, healthEvery*healthMisses)
 		}
-		if m == healthFailMisses {
-			c.card.NIC.Fail(fmt.Errorf("health counter %d unchanged for %v", v, healthEvery*healthFailMisses))
+		if m < healthFailMisses {
+			continue
+		}
+		err := c.card.NIC.Check()
+		switch {
+		case err == nil:
+			fmt.Printf("CONNECTX health counter=%d unchanged for %v, but the card answers commands\n", v, healthEvery*time.Duration(m))
+			c.misses.Store(healthMisses)
+		case errors.Is(err, connectx.ErrTimeout) || errors.Is(err, connectx.ErrDead):
+			c.card.NIC.Fail(fmt.Errorf("health counter %d unchanged for %v, and %v", v, healthEvery*time.Duration(m), err))
 			fmt.Printf("CONNECTX health=failed: %v: bus mastering off, held sends released; down until the board restarts\n",
 				c.card.NIC.Err())
 			return
+		default:
+			return // closed, or already failed: nothing left to watch
 		}
 	}
 }
