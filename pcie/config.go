@@ -63,7 +63,7 @@ func (rc *RC) reachable(b BDF, off int) bool {
 	if b.Bus == 0 {
 		return b.Dev == 0 && b.Fn == 0 && off < int(rc.soc.RCConfigSize) && off < int(rc.soc.DBISize)
 	}
-	return rc.linkUp
+	return rc.linkAlive()
 }
 
 // ReadConfig32 reads the dword at off (rounded down to 4) of b's

@@ -645,6 +645,47 @@ func TestVanishingDevice(t *testing.T) {
 	}
 }
 
+// The link goes down under a mapped BAR (the card loses power): the next
+// access finds it down before sending anything, so no TLP goes out on a
+// dead link (an external abort on the i.MX6, a violation in the model);
+// reads give all-ones, writes are dropped, configuration reads too, and
+// the loss is counted once.
+func TestLinkLossIsCaughtBeforeTheBus(t *testing.T) {
+	for _, soc := range []pcie.SoC{pcie.IMX6Q, pcie.IMX7D} {
+		t.Run(soc.Name, func(t *testing.T) {
+			r := newRig(t, pcietest.Options{SoC: soc}, nil)
+			f, _ := e1000e()
+			r.h.Attach(0, f)
+			d := start(t, r)[0]
+			w, err := r.rc.Map(d, 0, 0, 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Release()
+			if v := w.Read32(0); v == 0xFFFF_FFFF || !w.LinkUp() || !r.rc.LinkUp() {
+				t.Fatalf("before: read %#x, link %v/%v", v, w.LinkUp(), r.rc.LinkUp())
+			}
+			r.h.DropLink()
+			if v := w.Read32(0); v != 0xFFFF_FFFF {
+				t.Errorf("BAR read with the link down: %#x", v)
+			}
+			w.Write32(0x8, 0)
+			if v := r.rc.ReadConfig32(d.BDF, 0); v != 0xFFFF_FFFF {
+				t.Errorf("config read with the link down: %#x", v)
+			}
+			if w.LinkUp() || r.rc.LinkUp() {
+				t.Error("link still reported up")
+			}
+			if v := r.h.Take(); len(v) != 0 {
+				t.Errorf("accesses reached the dead link: %v", v)
+			}
+			if st := r.rc.Stats(); st.LinkLost != 1 || st.LinkDownAccess != 3 {
+				t.Errorf("stats %+v, want 1 loss and 3 refused accesses", st)
+			}
+		})
+	}
+}
+
 func TestDMANeedsBusMasterAndReachesMemory(t *testing.T) {
 	r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
 	f, _ := e1000e()

@@ -3,6 +3,7 @@ package pcie
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tamanic/tamanic/internal/mmio"
@@ -133,6 +134,13 @@ type RC struct {
 
 	msiAddr uint64
 	stats   Stats
+
+	// lost is set when an access found the link down after Start had
+	// brought it up; accesses while lost touch nothing on the bus.
+	// Atomic: drivers reach their Windows from their own goroutines.
+	lost       atomic.Bool
+	linkLost   atomic.Int64
+	downAccess atomic.Int64
 }
 
 // Stats counts what went wrong without failing an operation.
@@ -141,6 +149,10 @@ type Stats struct {
 	WindowOutRange int // accesses through a Window beyond its size
 	BadBARs        int // BARs refused during enumeration
 	BadCaps        int // malformed capability lists
+	// LinkLost counts the times an access found the link down after
+	// Start had brought it up; LinkDownAccess the accesses (BAR through a
+	// Window, configuration) refused since, which read all-ones.
+	LinkLost, LinkDownAccess int
 }
 
 // New checks cfg and returns a root complex; nothing is touched yet.
@@ -189,10 +201,47 @@ func New(cfg Config) (*RC, error) {
 func (rc *RC) SoC() SoC { return rc.soc }
 
 // Stats returns the counters.
-func (rc *RC) Stats() Stats { return rc.stats }
+func (rc *RC) Stats() Stats {
+	st := rc.stats
+	st.LinkLost, st.LinkDownAccess = int(rc.linkLost.Load()), int(rc.downAccess.Load())
+	return st
+}
 
-// LinkUp reports whether Start brought the link up.
-func (rc *RC) LinkUp() bool { return rc.linkUp }
+// LinkUp reports whether Start brought the link up and no access has
+// found it down since.
+func (rc *RC) LinkUp() bool { return rc.linkUp && !rc.lost.Load() }
+
+// linkAlive reports whether an access may go out on the link: Start
+// brought it up, and the core reports it up now (PL DEBUG1, the register
+// the link-up wait polls, in the core's own DBI space, reachable whatever
+// the link does). A link found down is recorded once (LinkLost) and stays
+// lost until Start; every access refused meanwhile is counted. On the
+// i.MX6 a TLP sent with the link down ends in an external abort, which
+// Linux fixes up in imx6q_pcie_abort_handler (a read made to return all
+// ones) and which TamaGo's exception vectors cannot return from; checking
+// before each access narrows that to a link lost in the instant between
+// the check and the access.
+func (rc *RC) linkAlive() bool {
+	if rc.linkNow() {
+		return true
+	}
+	rc.downAccess.Add(1)
+	return false
+}
+
+// linkNow is linkAlive without counting an access.
+func (rc *RC) linkNow() bool {
+	if !rc.linkUp || rc.lost.Load() {
+		return false
+	}
+	if rc.linkUpNow() {
+		return true
+	}
+	if !rc.lost.Swap(true) {
+		rc.linkLost.Add(1)
+	}
+	return false
+}
 
 // Link returns the negotiated speed (1 = 2.5 GT/s, 2 = 5 GT/s) and width.
 func (rc *RC) Link() (gen, width int) { return rc.speed, rc.width }
@@ -207,6 +256,7 @@ func update(r mmio.Regs, off, mask, val uint32) {
 // trains returns a *LinkError wrapping ErrLinkDown after LinkTimeout.
 func (rc *RC) Start() error {
 	rc.linkUp = false
+	rc.lost.Store(false)
 	rc.cfgValid = false
 	rc.memTarget, rc.memUsers = 0, 0
 	rc.forceDetect()

@@ -12,7 +12,8 @@ const atuGranule = 64 << 10
 // Window is a CPU view of part of a BAR through the memory viewport. It
 // is an mmio.Regs: offsets are from the start of the mapped range. An
 // access beyond the mapped size touches nothing, reads all-ones and is
-// counted in Stats.WindowOutRange.
+// counted in Stats.WindowOutRange; so does one made with the link down
+// (Stats.LinkDownAccess), checked before each access.
 type Window struct {
 	rc   *RC
 	cpu  uint32 // offset into the CPU memory window
@@ -90,17 +91,23 @@ func (w *Window) ok(off uint32) bool {
 	return true
 }
 
-// Read32 reads the register at off.
+// Read32 reads the register at off. With the link down (lost since
+// Start, see LinkUp) nothing goes out and it reads all-ones, as a read
+// from a missing device does.
 func (w *Window) Read32(off uint32) uint32 {
-	if !w.ok(off) {
+	if !w.ok(off) || !w.rc.linkAlive() {
 		return 0xFFFF_FFFF
 	}
 	return w.rc.mem.Read32(w.cpu + off)
 }
 
-// Write32 writes the register at off.
+// Write32 writes the register at off; with the link down it is dropped.
 func (w *Window) Write32(off, v uint32) {
-	if w.ok(off) {
+	if w.ok(off) && w.rc.linkAlive() {
 		w.rc.mem.Write32(w.cpu+off, v)
 	}
 }
+
+// LinkUp reports whether the link the window is reached through is up
+// now (RC.LinkUp after a check of the core's link state).
+func (w *Window) LinkUp() bool { return w.rc.linkNow() }

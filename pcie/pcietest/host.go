@@ -244,7 +244,17 @@ func (h *Host) Delay(d time.Duration) {
 
 // LinkUp reports the model's link state; Gen the current speed and
 // FirstGen the speed the link first trained at.
-func (h *Host) LinkUp() bool  { h.mu.Lock(); defer h.mu.Unlock(); return h.linkUp }
+func (h *Host) LinkUp() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.linkUp }
+
+// DropLink takes the link down for good, as a card that loses power or a
+// cable pulled would: the LTSSM finds no partner to train with again.
+// From then on a TLP the CPU sends is an abort (a violation).
+func (h *Host) DropLink() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.linkUp = false
+	h.opts.NeverTrains = true
+}
 func (h *Host) Gen() int      { h.mu.Lock(); defer h.mu.Unlock(); return h.gen }
 func (h *Host) FirstGen() int { h.mu.Lock(); defer h.mu.Unlock(); return h.firstGen }
 

@@ -37,7 +37,7 @@ import (
 // (connectx.NIC.Check): if that times out too, its firmware is gone and the
 // card is declared failed (connectx.NIC.Fail: bus mastering off, the sends
 // it held handed back to the stack, for good); if it answers, the check is
-// repeated 5 s later.
+// repeated 5 s later. A PCIe link found down fails the card at once.
 const (
 	healthOffset     = 0x1010
 	healthEvery      = 250 * time.Millisecond
@@ -152,6 +152,14 @@ func (c *Controls) watch(w *pcie.Window) {
 	c.health.Store(last)
 	for {
 		time.Sleep(healthEvery)
+		if !w.LinkUp() {
+			// Linux counts a PCI channel gone offline among the fatal
+			// sensors (health.c check_fatal_sensors); the card can no
+			// longer complete anything it holds.
+			c.card.NIC.Fail(errors.New("PCIe link down"))
+			fmt.Printf("CONNECTX health=failed: %v: held sends released; down until the board restarts\n", c.card.NIC.Err())
+			return
+		}
 		v := w.Read32(healthOffset)
 		c.health.Store(v)
 		if v != last {
