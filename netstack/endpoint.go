@@ -71,6 +71,9 @@ type Stats struct {
 	RxSoftCsum uint64
 	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
 	RxACKsFiltered uint64
+	// RxGROBypass counts TCP segments delivered past GRO because their
+	// flow had a hole (groorder.go).
+	RxGROBypass uint64
 	// With TX checksum offload (txcsum.go): TxSoftCsum counts packets and
 	// fragmented datagrams whose transport checksum the endpoint computed,
 	// TxFragDrops fragments dropped before they were queued (a datagram
@@ -109,9 +112,10 @@ type Endpoint struct {
 	txHeld []*heldDatagram // fragmented datagrams held for their checksum (txcsum.go)
 	txKick chan struct{}   // signalled by every TX completion
 
-	gro  gro.GRO // receive goroutine only
-	frag fragCheck
-	rx   struct { // receive goroutine only: one batch, for ACK filtering
+	gro   gro.GRO  // receive goroutine only
+	order groOrder // receive goroutine only
+	frag  fragCheck
+	rx    struct { // receive goroutine only: one batch, for ACK filtering
 		batch  []Frame
 		slots  []ackSlot
 		peeked []PeekedRx // with an RxPeeker: the frames seen in place
@@ -937,7 +941,15 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		// GRO merges only TCP. Everything else bypasses it: this gVisor's
 		// gro.dispatch6 leaks a buffer clone for every IPv6 packet that is
 		// not TCP (found by the leak checker in TestUDPDatagramsUpTo64KiB).
-		e.gro.Enqueue(p)
+		if e.order.bypass(b, &h) {
+			// A segment of a flow with a hole: delivered on its own, after
+			// whatever GRO holds, so each draws its duplicate ACK.
+			e.gro.Flush()
+			d.DeliverNetworkPacket(proto, p)
+			e.count(func(s *Stats) { s.RxGROBypass++ })
+		} else {
+			e.gro.Enqueue(p)
+		}
 	default:
 		d.DeliverNetworkPacket(proto, p)
 	}

@@ -1,0 +1,140 @@
+package netstack
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/tamanic/tamanic/internal/pkt"
+)
+
+// groSeg builds an Ethernet/IPv4/TCP frame of port sport with n payload bytes.
+func groSeg(sport uint16, seq uint32, flags byte, n int) []byte {
+	f := make([]byte, 14+20+20+n)
+	binary.BigEndian.PutUint16(f[12:], 0x0800)
+	ip := f[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 6
+	binary.BigEndian.PutUint16(ip[2:], uint16(40+n))
+	copy(ip[12:], []byte{10, 0, 0, 2, 10, 0, 0, 1})
+	tcp := ip[20:]
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], 5001)
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	tcp[12], tcp[13] = 5<<4, flags|0x10
+	return f
+}
+
+func bypassOf(t *testing.T, o *groOrder, f []byte) bool {
+	t.Helper()
+	var h pkt.Headers
+	if err := h.Parse(f); err != nil {
+		t.Fatal(err)
+	}
+	return o.bypass(f, &h)
+}
+
+// The flow's state machine: in-order data merges; a gap opens a hole and
+// everything after it bypasses GRO, the segments contiguous with each other
+// too; the hole closes once a retransmission has come and new data follows
+// the highest byte seen. Old data never merges; SYN starts afresh; another
+// flow is unaffected; the wrap of sequence space is no gap.
+func TestGROOrderHoles(t *testing.T) {
+	var o groOrder
+	const m = 1000
+	base := uint32(0xFFFFF000) // wraps during the test
+	steps := []struct {
+		seq    uint32
+		bypass bool
+		what   string
+	}{
+		{base, false, "first data"},
+		{base + m, false, "in order"},
+		{base + 2*m, false, "in order"},
+		{base + 4*m, true, "gap: one segment lost"},
+		{base + 5*m, true, "contiguous after the gap"},
+		{base + 6*m, true, "contiguous after the gap"},
+		{base + 7*m, true, "new data, no retransmission yet"},
+		{base + 3*m, true, "the retransmission"},
+		{base + 8*m, true, "new data after it: closes the hole"},
+		{base + 9*m, false, "merging again"},
+		{base + 2*m, true, "old data"},
+		{base + 10*m, false, "in order after old data"},
+	}
+	for i, s := range steps {
+		if got := bypassOf(t, &o, groSeg(1000, s.seq, 0, m)); got != s.bypass {
+			t.Fatalf("step %d (%s): bypass %v", i, s.what, got)
+		}
+		if i == 5 {
+			// Another flow meanwhile merges as usual, and a pure ACK of
+			// the holed flow bypasses with it.
+			if bypassOf(t, &o, groSeg(2000, 7, 0, m)) || bypassOf(t, &o, groSeg(2000, 7+m, 0, m)) {
+				t.Fatal("an unrelated flow bypassed GRO")
+			}
+			if !bypassOf(t, &o, groSeg(1000, 1, 0, 0)) {
+				t.Fatal("a pure ACK of a flow with a hole was not kept out of GRO")
+			}
+		}
+	}
+	// A SYN on the 4-tuple starts a new flow: its first data merges.
+	bypassOf(t, &o, groSeg(1000, 500, tcpSYN, 0))
+	if bypassOf(t, &o, groSeg(1000, 501, 0, m)) {
+		t.Fatal("data after a SYN bypassed GRO")
+	}
+}
+
+// A hole that never closes (the retransmission never seen here) stops
+// holding the flow out of GRO after holeSegments segments.
+func TestGROOrderHoleGivesUp(t *testing.T) {
+	var o groOrder
+	bypassOf(t, &o, groSeg(1, 0, 0, 100))
+	n := 0
+	for seq := uint32(200); bypassOf(t, &o, groSeg(1, seq, 0, 100)); seq += 100 {
+		if n++; n > holeSegments+1 {
+			t.Fatal("the hole never gave up")
+		}
+	}
+	if n != holeSegments+1 {
+		t.Fatalf("gave up after %d segments, want %d", n, holeSegments+1)
+	}
+}
+
+// More flows than the table holds: the least recently used is forgotten,
+// which costs its next segment a fresh start, never a wrong bypass. Pure
+// ACKs (a sending flow's) start no flow and evict none.
+func TestGROOrderEviction(t *testing.T) {
+	var o groOrder
+	for p := uint16(1); p <= groFlows+4; p++ {
+		if bypassOf(t, &o, groSeg(p, 1000, 0, 100)) {
+			t.Fatalf("flow %d's first segment bypassed", p)
+		}
+	}
+	for p := uint16(1); p <= groFlows+4; p++ {
+		if bypassOf(t, &o, groSeg(p, 1100, 0, 100)) {
+			t.Fatalf("flow %d's in-order segment bypassed", p)
+		}
+	}
+	for p := uint16(100); p < 300; p++ {
+		bypassOf(t, &o, groSeg(p, 1, 0, 0))
+	}
+	// Flow 5, the least recently used of those followed, still is: its
+	// gap is seen.
+	if !bypassOf(t, &o, groSeg(5, 1400, 0, 100)) {
+		t.Fatal("a gap went unseen: pure ACKs evicted the flow")
+	}
+}
+
+// Any frame that parses, however mangled its TCP header, is judged without
+// a panic.
+func FuzzGROOrder(f *testing.F) {
+	f.Add(groSeg(1, 0, 0, 10), groSeg(1, 20, 0, 10))
+	f.Add(groSeg(1, 0, tcpSYN, 0), groSeg(1, 1, 0, 0))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var o groOrder
+		for _, fr := range [][]byte{a, b, a} {
+			var h pkt.Headers
+			if h.Parse(fr) != nil || h.Proto != pkt.ProtoTCP || h.Fragment {
+				continue
+			}
+			o.bypass(fr, &h)
+		}
+	})
+}
