@@ -25,6 +25,7 @@ import (
 type groOrder struct {
 	flows [groFlows]groFlow
 	clock uint64
+	last  int // the slot of the last lookup, tried first
 }
 
 const (
@@ -125,18 +126,23 @@ func (o *groOrder) find(key uint64) *groFlow {
 // lookup returns key's flow, or the least recently used slot, cleared
 // (used 0: the caller starts the flow).
 func (o *groOrder) lookup(key uint64) *groFlow {
-	lru := &o.flows[0]
+	if f := &o.flows[o.last]; f.used != 0 && f.key == key {
+		return f
+	}
+	lru := 0
 	for i := range o.flows {
 		f := &o.flows[i]
 		if f.used != 0 && f.key == key {
+			o.last = i
 			return f
 		}
-		if f.used < lru.used {
-			lru = f
+		if f.used < o.flows[lru].used {
+			lru = i
 		}
 	}
-	*lru = groFlow{}
-	return lru
+	o.last = lru
+	o.flows[lru] = groFlow{}
+	return &o.flows[lru]
 }
 
 // TCP flags (RFC 793 3.1).
@@ -145,18 +151,19 @@ const (
 	tcpRST = 0x04
 )
 
-// flowKey hashes the segment's addresses and ports (FNV-1a, 64 bits).
+// flowKey mixes the segment's addresses and ports into 64 bits (words
+// folded, then one multiplicative mix: a collision costs merging, never
+// data).
 func flowKey(b []byte, h *pkt.Headers) uint64 {
-	src, alen := h.L3+12, 4
+	var k uint64
 	if h.IPv6 {
-		src, alen = h.L3+8, 16
+		a := b[h.L3+8 : h.L3+40]
+		for i := 0; i < 32; i += 8 {
+			k = k*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(a[i:])
+		}
+	} else {
+		k = binary.LittleEndian.Uint64(b[h.L3+12:])
 	}
-	k := uint64(14695981039346656037)
-	for _, c := range b[src : src+2*alen] {
-		k = (k ^ uint64(c)) * 1099511628211
-	}
-	for _, c := range b[h.L4 : h.L4+4] {
-		k = (k ^ uint64(c)) * 1099511628211
-	}
-	return k
+	k ^= uint64(binary.LittleEndian.Uint32(b[h.L4:])) << 17
+	return k * 0x9E3779B97F4A7C15
 }
