@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/tamanic/tamanic/internal/pkt"
 )
@@ -24,7 +25,7 @@ import (
 // bypass GRO. A collision or an evicted flow costs merging, never data.
 type groOrder struct {
 	flows [groFlows]groFlow
-	clock uint64
+	clock uint32
 	last  int // the slot of the last lookup, tried first
 }
 
@@ -33,9 +34,11 @@ const (
 	holeSegments = 1024
 )
 
+// Its words are 32 bits: the receive path runs on 32-bit ARM, where each
+// 64-bit operation takes two or more instructions.
 type groFlow struct {
-	key        uint64
-	used       uint64 // groOrder.clock at the last segment; 0: free
+	key        uint32
+	used       uint32 // groOrder.clock at the last segment; 0: free
 	next       uint32 // the byte after the last in-order segment
 	high       uint32 // the byte after the highest segment while in a hole
 	hole, retx bool
@@ -75,10 +78,15 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		}
 		return f.hole
 	}
-	f := o.lookup(key)
+	f := &o.flows[o.last] // most segments are the last flow's
+	if f.used == 0 || f.key != key {
+		f = o.lookup(key)
+	}
 	seq := binary.BigEndian.Uint32(tcp[4:])
 	end := seq + n
-	o.clock++
+	if o.clock++; o.clock == 0 {
+		o.clock = 1 // 0 marks a free slot
+	}
 	if f.used == 0 {
 		*f = groFlow{key: key, next: end, used: o.clock}
 		return false
@@ -114,7 +122,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 }
 
 // find returns key's flow, or nil.
-func (o *groOrder) find(key uint64) *groFlow {
+func (o *groOrder) find(key uint32) *groFlow {
 	for i := range o.flows {
 		if f := &o.flows[i]; f.used != 0 && f.key == key {
 			return f
@@ -125,7 +133,7 @@ func (o *groOrder) find(key uint64) *groFlow {
 
 // lookup returns key's flow, or the least recently used slot, cleared
 // (used 0: the caller starts the flow).
-func (o *groOrder) lookup(key uint64) *groFlow {
+func (o *groOrder) lookup(key uint32) *groFlow {
 	if f := &o.flows[o.last]; f.used != 0 && f.key == key {
 		return f
 	}
@@ -151,19 +159,22 @@ const (
 	tcpRST = 0x04
 )
 
-// flowKey mixes the segment's addresses and ports into 64 bits (words
-// folded, then one multiplicative mix: a collision costs merging, never
-// data).
-func flowKey(b []byte, h *pkt.Headers) uint64 {
-	var k uint64
+// flowKey folds the segment's addresses and ports into 32 bits (a
+// collision costs merging, never data). The IPv4 case is small enough to
+// be inlined: it runs for every TCP segment received.
+func flowKey(b []byte, h *pkt.Headers) uint32 {
 	if h.IPv6 {
-		a := b[h.L3+8 : h.L3+40]
-		for i := 0; i < 32; i += 8 {
-			k = k*0x9E3779B97F4A7C15 ^ binary.LittleEndian.Uint64(a[i:])
-		}
-	} else {
-		k = binary.LittleEndian.Uint64(b[h.L3+12:])
+		return flowKey6(b, h.L3, h.L4)
 	}
-	k ^= uint64(binary.LittleEndian.Uint32(b[h.L4:])) << 17
-	return k * 0x9E3779B97F4A7C15
+	le := binary.LittleEndian
+	return (le.Uint32(b[h.L4:]) ^ le.Uint32(b[h.L3+12:]) ^ bits.RotateLeft32(le.Uint32(b[h.L3+16:]), 16)) * 0x9E3779B1
+}
+
+func flowKey6(b []byte, l3, l4 int) uint32 {
+	le := binary.LittleEndian
+	k := le.Uint32(b[l4:]) // ports
+	for i := l3 + 8; i < l3+40; i += 4 {
+		k = bits.RotateLeft32(k, 5) ^ le.Uint32(b[i:])
+	}
+	return k * 0x9E3779B1
 }
