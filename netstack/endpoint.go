@@ -608,6 +608,21 @@ func (e *Endpoint) txDone(cookie any, err error) {
 	}
 }
 
+// flushGRO hands up everything GRO holds. gVisor's GRO.Flush hands up
+// only the first packet of each bucket: it steps to the next packet after
+// removing the current one, whose list links the removal has cleared (gro.go
+// Flush; google/gvisor PR 14081, open, fixes it upstream), so a flow
+// sharing a bucket with another stayed held until later traffic. A bucket
+// holds at most groBucketSize packets, so that many calls empty it.
+func (e *Endpoint) flushGRO() {
+	for range groBucketSize {
+		e.gro.Flush()
+	}
+}
+
+// groBucketSize is gVisor's gro.groBucketSize (unexported there).
+const groBucketSize = 8
+
 func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan struct{}) {
 	defer e.wg.Done()
 	defer close(exited)
@@ -741,7 +756,7 @@ func (e *Endpoint) rxBatchTake(d stack.NetworkDispatcher, addr tcpip.LinkAddress
 		}
 		clear(b) // drop references to released frames
 	}
-	e.gro.Flush()
+	e.flushGRO()
 	return more, failed
 }
 
@@ -812,7 +827,7 @@ func (e *Endpoint) rxBatchPeek(d stack.NetworkDispatcher, pk RxPeeker, addr tcpi
 		}
 		k = j
 	}
-	e.gro.Flush()
+	e.flushGRO()
 	return more, failed
 }
 
@@ -944,7 +959,7 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		if e.order.bypass(b, &h) {
 			// A segment of a flow with a hole: delivered on its own, after
 			// whatever GRO holds, so each draws its duplicate ACK.
-			e.gro.Flush()
+			e.flushGRO()
 			d.DeliverNetworkPacket(proto, p)
 			e.count(func(s *Stats) { s.RxGROBypass++ })
 		} else {

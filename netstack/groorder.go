@@ -23,6 +23,9 @@ import (
 // below the highest byte seen) has come and new data continues from the
 // highest byte, or holeSegments segments have passed, the flow's segments
 // bypass GRO. A collision or an evicted flow costs merging, never data.
+// With several losses in one window the hole closes after the first
+// retransmission; NewReno resends the next lost segment on the partial ACK
+// that follows, without waiting for duplicate ACKs.
 type groOrder struct {
 	flows [groFlows]groFlow
 	clock uint32
@@ -98,15 +101,25 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 			f.next = end
 			return false
 		case seqLT(seq, f.next):
-			return true // old data again: nothing to merge it with
+			// Old data again (a retransmission the receiver already had,
+			// perhaps repacketized to run past next): nothing to merge.
+			if seqLT(f.next, end) {
+				f.next = end
+			}
+			return true
 		}
 		f.hole, f.retx, f.high, f.bypassed = true, false, end, 1
 		return true
 	}
 	f.bypassed++
 	switch {
-	case seqLT(seq, f.high):
+	case seqLT(seq, f.high) && !seqLT(seq, f.next):
+		// Data inside the hole (next is where it starts): the
+		// retransmission. Older data, a zero-window probe's or a
+		// keepalive's byte, does not count.
 		f.retx = true
+	case seqLT(seq, f.high):
+		// Older than the hole: changes nothing.
 	case f.retx && seq == f.high:
 		// New data after a retransmission: the next segments merge.
 		f.hole, f.next = false, end

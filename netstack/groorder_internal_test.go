@@ -5,6 +5,10 @@ import (
 	"testing"
 
 	"github.com/tamanic/tamanic/internal/pkt"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // groSeg builds an Ethernet/IPv4/TCP frame of port sport with n payload bytes.
@@ -58,6 +62,8 @@ func TestGROOrderHoles(t *testing.T) {
 		{base + 9*m, false, "merging again"},
 		{base + 2*m, true, "old data"},
 		{base + 10*m, false, "in order after old data"},
+		{base + 10*m + m/2, true, "old data running past next (repacketized)"},
+		{base + 11*m + m/2, false, "in order after it: no false hole"},
 	}
 	for i, s := range steps {
 		if got := bypassOf(t, &o, groSeg(1000, s.seq, 0, m)); got != s.bypass {
@@ -78,6 +84,34 @@ func TestGROOrderHoles(t *testing.T) {
 	bypassOf(t, &o, groSeg(1000, 500, tcpSYN, 0))
 	if bypassOf(t, &o, groSeg(1000, 501, 0, m)) {
 		t.Fatal("data after a SYN bypassed GRO")
+	}
+}
+
+// During a hole, old data (a zero-window probe's or a keepalive's byte
+// before the hole) is not the retransmission: the hole stays open until
+// the lost segment itself comes and new data follows it.
+func TestGROOrderProbeIsNoRetransmission(t *testing.T) {
+	var o groOrder
+	const m = 1000
+	steps := []struct {
+		seq    uint32
+		n      int
+		bypass bool
+		what   string
+	}{
+		{0, m, false, "first data"},
+		{m, m, false, "in order"},
+		{3 * m, m, true, "gap: 2m..3m lost"},
+		{2*m - 1, 1, true, "keepalive byte before the hole"},
+		{4 * m, m, true, "new data: the hole stays (no retransmission)"},
+		{2 * m, m, true, "the retransmission"},
+		{5 * m, m, true, "new data after it: closes the hole"},
+		{6 * m, m, false, "merging again"},
+	}
+	for i, s := range steps {
+		if got := bypassOf(t, &o, groSeg(7, s.seq, 0, s.n)); got != s.bypass {
+			t.Fatalf("step %d (%s): bypass %v", i, s.what, got)
+		}
 	}
 }
 
@@ -137,4 +171,42 @@ func FuzzGROOrder(f *testing.F) {
 			o.bypass(fr, &h)
 		}
 	})
+}
+
+// counting dispatcher: counts the packets GRO hands up.
+type countDispatcher struct{ n int }
+
+func (d *countDispatcher) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
+	d.n++
+}
+func (d *countDispatcher) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// More flows than GRO has buckets, one segment each: the endpoint's flush
+// hands every one up. gVisor's own Flush hands up only the first packet of
+// each bucket, leaving the others held until later traffic.
+func TestFlushGROHandsUpEveryFlow(t *testing.T) {
+	var e Endpoint
+	e.gro.Init(true)
+	d := &countDispatcher{}
+	e.gro.Dispatcher = d
+	const flows = 40
+	for p := uint16(1); p <= flows; p++ {
+		f := groSeg(p, 1000, 0, 100)
+		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(f)})
+		pb.LinkHeader().Consume(header.EthernetMinimumSize)
+		pb.NetworkProtocolNumber = header.IPv4ProtocolNumber
+		pb.RXChecksumValidated = true
+		e.gro.Enqueue(pb)
+		pb.DecRef()
+	}
+	if d.n != 0 {
+		t.Fatalf("%d segments handed up before any flush", d.n)
+	}
+	e.gro.Flush()
+	once := d.n
+	e.flushGRO()
+	if d.n != flows {
+		t.Fatalf("%d of %d segments handed up after flushGRO", d.n, flows)
+	}
+	t.Logf("gVisor's Flush alone handed up %d of %d", once, flows)
 }
