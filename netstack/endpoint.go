@@ -112,10 +112,11 @@ type Endpoint struct {
 	txHeld []*heldDatagram // fragmented datagrams held for their checksum (txcsum.go)
 	txKick chan struct{}   // signalled by every TX completion
 
-	gro   gro.GRO  // receive goroutine only
-	order groOrder // receive goroutine only
-	frag  fragCheck
-	rx    struct { // receive goroutine only: one batch, for ACK filtering
+	gro    gro.GRO  // receive goroutine only
+	order  groOrder // receive goroutine only
+	groOut groOut   // receive goroutine only
+	frag   fragCheck
+	rx     struct { // receive goroutine only: one batch, for ACK filtering
 		batch  []Frame
 		slots  []ackSlot
 		peeked []PeekedRx // with an RxPeeker: the frames seen in place
@@ -612,16 +613,35 @@ func (e *Endpoint) txDone(cookie any, err error) {
 // only the first packet of each bucket: it steps to the next packet after
 // removing the current one, whose list links the removal has cleared (gro.go
 // Flush; google/gvisor PR 14081, open, fixes it upstream), so a flow
-// sharing a bucket with another stayed held until later traffic. A bucket
-// holds at most groBucketSize packets, so that many calls empty it.
+// sharing a bucket with another stayed held until later traffic. Flush is
+// called again until a call hands up nothing (groOut counts what GRO hands
+// up): two calls when every flow had its own bucket.
 func (e *Endpoint) flushGRO() {
-	for range groBucketSize {
+	for {
+		n := e.groOut.n
 		e.gro.Flush()
+		if e.groOut.n == n {
+			return
+		}
 	}
 }
 
-// groBucketSize is gVisor's gro.groBucketSize (unexported there).
-const groBucketSize = 8
+// groOut passes what GRO hands up to the dispatcher, counting it.
+type groOut struct {
+	d stack.NetworkDispatcher
+	n int
+}
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher.
+func (g *groOut) DeliverNetworkPacket(p tcpip.NetworkProtocolNumber, pb *stack.PacketBuffer) {
+	g.n++
+	g.d.DeliverNetworkPacket(p, pb)
+}
+
+// DeliverLinkPacket implements stack.NetworkDispatcher.
+func (g *groOut) DeliverLinkPacket(p tcpip.NetworkProtocolNumber, pb *stack.PacketBuffer) {
+	g.d.DeliverLinkPacket(p, pb)
+}
 
 func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan struct{}) {
 	defer e.wg.Done()
@@ -629,7 +649,8 @@ func (e *Endpoint) rxLoop(d stack.NetworkDispatcher, stop, prev, exited chan str
 	if prev != nil {
 		<-prev // the previous goroutine is done with gro, frag and the device
 	}
-	e.gro.Dispatcher = d
+	e.groOut.d = d
+	e.gro.Dispatcher = &e.groOut
 	defer e.frag.release()
 	var tick <-chan time.Time
 	if e.opts.PollInterval > 0 {

@@ -188,7 +188,8 @@ func TestFlushGROHandsUpEveryFlow(t *testing.T) {
 	var e Endpoint
 	e.gro.Init(true)
 	d := &countDispatcher{}
-	e.gro.Dispatcher = d
+	e.groOut.d = d
+	e.gro.Dispatcher = &e.groOut
 	const flows = 40
 	for p := uint16(1); p <= flows; p++ {
 		f := groSeg(p, 1000, 0, 100)
