@@ -604,8 +604,11 @@ func TestBadBARs(t *testing.T) {
 	}
 }
 
-func TestVanishingDevice(t *testing.T) {
-	r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
+// mappedE1000E is a root complex on soc with an 82574L model enumerated
+// and the first 4 KiB of its BAR0 mapped.
+func mappedE1000E(t *testing.T, soc pcie.SoC) (*rig, *pcietest.Function, *pcie.Device, *pcie.Window) {
+	t.Helper()
+	r := newRig(t, pcietest.Options{SoC: soc}, nil)
 	f, _ := e1000e()
 	r.h.Attach(0, f)
 	d := start(t, r)[0]
@@ -613,7 +616,12 @@ func TestVanishingDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Release()
+	t.Cleanup(w.Release)
+	return r, f, d, w
+}
+
+func TestVanishingDevice(t *testing.T) {
+	r, f, d, w := mappedE1000E(t, pcie.IMX7D)
 	f.Vanish()
 	if d.Present() {
 		t.Fatal("vanished device present")
@@ -653,15 +661,7 @@ func TestVanishingDevice(t *testing.T) {
 func TestLinkLossIsCaughtBeforeTheBus(t *testing.T) {
 	for _, soc := range []pcie.SoC{pcie.IMX6Q, pcie.IMX7D} {
 		t.Run(soc.Name, func(t *testing.T) {
-			r := newRig(t, pcietest.Options{SoC: soc}, nil)
-			f, _ := e1000e()
-			r.h.Attach(0, f)
-			d := start(t, r)[0]
-			w, err := r.rc.Map(d, 0, 0, 4096)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Release()
+			r, _, d, w := mappedE1000E(t, soc)
 			if v := w.Read32(0); v == 0xFFFF_FFFF || !w.LinkUp() || !r.rc.LinkUp() {
 				t.Fatalf("before: read %#x, link %v/%v", v, w.LinkUp(), r.rc.LinkUp())
 			}
