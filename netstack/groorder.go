@@ -19,9 +19,8 @@ import (
 //
 // The receive goroutine owns it. It follows the last flows it saw, by the
 // hash of their addresses and ports: a segment that starts past the next
-// expected byte opens a hole; until a retransmission (a segment starting
-// below the highest byte seen) has come and new data continues from the
-// highest byte, or holeSegments segments have passed, the flow's segments
+// expected byte opens a hole; until its retransmission (data inside the
+// hole) has come and new data continues from the highest byte seen, or holeSegments segments have passed, the flow's segments
 // bypass GRO. A collision or an evicted flow costs merging, never data.
 // With several losses in one window the hole closes after the first
 // retransmission; NewReno resends the next lost segment on the partial ACK
@@ -30,6 +29,7 @@ type groOrder struct {
 	flows [groFlows]groFlow
 	clock uint32
 	last  int // the slot of the last lookup, tried first
+	holes int // flows with a hole: none, and a pure ACK needs no lookup
 }
 
 const (
@@ -65,6 +65,9 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		return false
 	}
 	n := uint32(h.IPEnd - h.L4 - doff)
+	if n == 0 && flags&(tcpSYN|tcpRST) == 0 && o.holes == 0 {
+		return false // a pure ACK, and no flow to keep it behind
+	}
 	key := flowKey(b, h)
 	if flags&(tcpSYN|tcpRST) != 0 || n == 0 {
 		// Segments without data are never merged and start no flow (a
@@ -76,7 +79,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 			return false
 		}
 		if flags&(tcpSYN|tcpRST) != 0 {
-			*f = groFlow{}
+			o.forget(f)
 			return false
 		}
 		return f.hole
@@ -109,6 +112,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 			return true
 		}
 		f.hole, f.retx, f.high, f.bypassed = true, false, end, 1
+		o.holes++
 		return true
 	}
 	f.bypassed++
@@ -123,6 +127,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 	case f.retx && seq == f.high:
 		// New data after a retransmission: the next segments merge.
 		f.hole, f.next = false, end
+		o.holes--
 		return true
 	}
 	if seqLT(f.high, end) {
@@ -130,6 +135,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 	}
 	if f.bypassed > holeSegments {
 		f.hole, f.next = false, f.high
+		o.holes--
 	}
 	return true
 }
@@ -162,8 +168,16 @@ func (o *groOrder) lookup(key uint32) *groFlow {
 		}
 	}
 	o.last = lru
-	o.flows[lru] = groFlow{}
+	o.forget(&o.flows[lru])
 	return &o.flows[lru]
+}
+
+// forget clears flow f's slot.
+func (o *groOrder) forget(f *groFlow) {
+	if f.hole {
+		o.holes--
+	}
+	*f = groFlow{}
 }
 
 // TCP flags (RFC 793 3.1).

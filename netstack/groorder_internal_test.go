@@ -33,7 +33,17 @@ func bypassOf(t *testing.T, o *groOrder, f []byte) bool {
 	if err := h.Parse(f); err != nil {
 		t.Fatal(err)
 	}
-	return o.bypass(f, &h)
+	by := o.bypass(f, &h)
+	holes := 0
+	for _, fl := range o.flows {
+		if fl.hole {
+			holes++
+		}
+	}
+	if holes != o.holes {
+		t.Fatalf("%d flows with a hole, counted %d", holes, o.holes)
+	}
+	return by
 }
 
 // The flow's state machine: in-order data merges; a gap opens a hole and
@@ -169,6 +179,15 @@ func FuzzGROOrder(f *testing.F) {
 				continue
 			}
 			o.bypass(fr, &h)
+			holes := 0
+			for _, fl := range o.flows {
+				if fl.hole {
+					holes++
+				}
+			}
+			if holes != o.holes {
+				t.Fatalf("%d flows with a hole, counted %d", holes, o.holes)
+			}
 		}
 	})
 }
