@@ -75,8 +75,9 @@ func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
 		return // RST or ERR: nothing is executed
 	}
 	if !m.busMaster() {
-		// The card cannot fetch the WQEs: a function may not start a
-		// memory request with Bus Master Enable off.
+		// The card cannot fetch the WQEs: with Bus Master Enable clear a
+		// function issues no memory request (PCI Express Base 3.0,
+		// 7.5.1.1 Command register bit 2; PCI Local Bus 3.0, 6.2.2).
 		m.stats.DMABlocked++
 		return
 	}

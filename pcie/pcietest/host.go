@@ -247,7 +247,10 @@ func (h *Host) Delay(d time.Duration) {
 func (h *Host) LinkUp() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.linkUp }
 
 // DropLink takes the link down for good, as a card that loses power or a
-// cable pulled would: the LTSSM finds no partner to train with again.
+// cable pulled would: the LTSSM falls back to Detect and finds no partner
+// to train with again (PCI Express Base 3.0, 4.2.6: a link that fails
+// goes to Detect), and PL DEBUG1 reports the link down (what the driver's
+// link-up wait polls, Linux pcie-designware.c dw_pcie_link_up).
 // From then on a TLP the CPU sends is an abort (a violation).
 func (h *Host) DropLink() {
 	h.mu.Lock()
@@ -641,6 +644,9 @@ func (h *Host) cpu(a uint64, v uint32, write bool) uint32 {
 			continue
 		}
 		if !h.linkUp {
+			// The request gets no completion and the AXI slave port
+			// answers with an error: an external abort on the i.MX6
+			// (Linux pci-imx6.c imx6q_pcie_abort_handler exists for it).
 			h.violate("CPU %s at %#x: TLP with the link down (abort)", what, a)
 			return 0xFFFF_FFFF
 		}
