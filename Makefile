@@ -102,7 +102,7 @@ ifeq ($(TEE),1)
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd build/tamanic-mx6ullevk-tee.dcd -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; \
 	else $(GO) run ./qemu/cmd/tamanic-image -o build/tamanic-mx6ullevk-tee build/tamanic-mx6ullevk-tee.elf; fi
 else
-	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkcpuinit -ldflags "$(FWLDFLAGS)" -o build/tamanic-$(BOARD).elf ./firmware/$(BOARD)
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  $(GO) run ./qemu/cmd/tamanic-image -dcd $$dcd -o build/tamanic-$(BOARD) build/tamanic-$(BOARD).elf; \
 	else echo "firmware: no DCD for $(BOARD) (board/$(BOARD)/imximage.cfg or TamaGo's): .bin only, no .imx"; \

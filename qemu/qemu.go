@@ -124,7 +124,7 @@ func BuildWith(ctx context.Context, root, dir, board string, o BuildOptions) (st
 		ldflags += " -X " + x
 	}
 	elf := filepath.Join(dir, name+".elf")
-	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize",
+	cmd := exec.CommandContext(ctx, strings.TrimSpace(string(tool)), "build", "-tags", "linkramsize,linkcpuinit",
 		"-ldflags", ldflags, "-o", elf, "./firmware/"+board)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=tamago", "GOOSPKG=github.com/usbarmory/tamago", "GOARCH=arm", "GOARM=7")
@@ -163,10 +163,24 @@ type Options struct {
 	// Monitor opens QEMU's human monitor on a Unix socket, for
 	// Machine.SetLink (instead of -monitor none).
 	Monitor bool
+	// Image, when set, boots a flat image (tamanic-image's .bin) instead
+	// of the ELF.
+	Image *FlatImage
 	// Pcap, when set, is a file QEMU records the frames of Boot's NIC in
 	// (filter-dump on its user network, the first 128 bytes of each:
 	// headers, for sequence numbers and lengths).
 	Pcap string
+}
+
+// FlatImage is a flat firmware image for Options.Image: Bin loaded at Base,
+// execution from Entry, and Fill, when set, a file loaded at FillAt first
+// (what a boot loader or DDR's power-on state left where the image has no
+// contents).
+type FlatImage struct {
+	Bin         string
+	Base, Entry uint64
+	Fill        string
+	FillAt      uint64
 }
 
 // E1000ENet is the e1000e's user network and E1000EGuest the firmware's
@@ -308,7 +322,19 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		m.Args = append(m.Args, "-netdev", user+",id=tamanicnet", "-net", "nic,model=imx.enet,netdev=tamanicnet",
 			"-object", "filter-dump,id=tamanicdump,netdev=tamanicnet,maxlen=128,file="+o.Pcap)
 	}
-	m.Args = append(m.Args, "-kernel", o.ELF, "-semihosting")
+	if o.Image != nil {
+		// A flat image through QEMU's generic loader, as a boot ROM or a
+		// boot loader would leave it: the contents at their address, the
+		// zero-fill ranges the image omits holding whatever Image.Fill
+		// puts there, and the CPU's PC at the entry point.
+		m.Args = append(m.Args, "-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", o.Image.Bin, o.Image.Base))
+		if o.Image.Fill != "" {
+			m.Args = append(m.Args, "-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", o.Image.Fill, o.Image.FillAt))
+		}
+		m.Args = append(m.Args, "-device", fmt.Sprintf("loader,addr=%#x,cpu-num=0", o.Image.Entry), "-semihosting")
+	} else {
+		m.Args = append(m.Args, "-kernel", o.ELF, "-semihosting")
+	}
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)
 	}

@@ -21,6 +21,9 @@
 package mcimx7d
 
 import (
+	// cpuinit, zeroing .bss and .noptrbss, in the linkcpuinit build.
+	_ "github.com/tamanic/tamanic/internal/boot"
+
 	"fmt"
 	"os"
 	"sync/atomic"

@@ -30,6 +30,9 @@
 package mx6ullevk
 
 import (
+	// cpuinit, zeroing .bss and .noptrbss, in the linkcpuinit build.
+	_ "github.com/tamanic/tamanic/internal/boot"
+
 	"os"
 	_ "unsafe"
 

@@ -25,6 +25,9 @@
 package sabrelite
 
 import (
+	// cpuinit, zeroing .bss and .noptrbss, in the linkcpuinit build.
+	_ "github.com/tamanic/tamanic/internal/boot"
+
 	"fmt"
 	"os"
 	"sync/atomic"

@@ -21,6 +21,9 @@
 package usbarmory
 
 import (
+	// cpuinit, zeroing .bss and .noptrbss, in the linkcpuinit build.
+	_ "github.com/tamanic/tamanic/internal/boot"
+
 	"os"
 	_ "unsafe"
 

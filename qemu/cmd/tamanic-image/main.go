@@ -3,17 +3,30 @@
 // packed by U-Boot's mkimage), for SD card or USB serial download.
 //
 //	tamanic-image -dcd imximage.cfg -o build/tamanic-mx6ullevk build/tamanic-mx6ullevk.elf
+//
+// The image holds the ELF's loadable segments from the lowest address up.
+// It ends where .bss starts when the firmware zeroes .bss and .noptrbss
+// itself (package internal/boot, linked with the linkcpuinit tag): Go 1.26's
+// 32 MiB FIPS entropy buffer lives in .noptrbss, and carrying the zeroed
+// sections would put 32 MiB of zeros in every image. An ELF without
+// internal/boot's zeroing keeps them in the image, zero-filled, as objcopy
+// does with --set-section-flags .bss=alloc,load,contents.
 package main
 
 import (
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"sort"
 )
+
+// zeroBSSSymbol is the routine of internal/boot that zeroes runtime.bss up
+// to runtime.enoptrbss before the runtime starts.
+const zeroBSSSymbol = "github.com/tamanic/tamanic/internal/boot.zeroBSS"
 
 func main() {
 	dcd := flag.String("dcd", "", "imximage.cfg with the board's DCD (required for .imx)")
@@ -29,30 +42,95 @@ func main() {
 	}
 }
 
+// segment is a loadable segment: Filesz bytes from the file at Paddr, then
+// zeros up to Memsz.
+type segment struct{ Paddr, Filesz, Memsz uint64 }
+
+// zeroing is the range the firmware zeroes at reset, [Start, End), when
+// Present.
+type zeroing struct {
+	Present    bool
+	Start, End uint64
+}
+
+// extent returns the image's first address and its length: every
+// segment's contents, and its zero fill unless z covers that fill. It fails
+// when z is present but would leave a fill unzeroed or would zero contents.
+func extent(segs []segment, z zeroing) (base, length uint64, err error) {
+	if len(segs) == 0 {
+		return 0, 0, errors.New("no loadable segment")
+	}
+	base = segs[0].Paddr
+	var fileEnd, memEnd uint64
+	for _, s := range segs {
+		if s.Filesz > s.Memsz {
+			return 0, 0, fmt.Errorf("segment at %#x: %d bytes in the file, %d in memory", s.Paddr, s.Filesz, s.Memsz)
+		}
+		base = min(base, s.Paddr)
+		fileEnd = max(fileEnd, s.Paddr+s.Filesz)
+		memEnd = max(memEnd, s.Paddr+s.Memsz)
+	}
+	if !z.Present {
+		return base, memEnd - base, nil
+	}
+	switch {
+	case z.Start%4 != 0 || z.End%4 != 0 || z.End < z.Start:
+		return 0, 0, fmt.Errorf("zeroed range %#x-%#x is not whole words", z.Start, z.End)
+	case z.Start < base:
+		return 0, 0, fmt.Errorf(".bss at %#x starts below the image at %#x", z.Start, base)
+	case fileEnd > z.Start:
+		return 0, 0, fmt.Errorf("contents up to %#x run past the start of .bss at %#x", fileEnd, z.Start)
+	case memEnd > z.End:
+		return 0, 0, fmt.Errorf("zero fill up to %#x runs past the zeroed range's end %#x", memEnd, z.End)
+	}
+	// Up to .bss: any padding between the last contents and .bss stays in
+	// the image as zeros.
+	return base, z.Start - base, nil
+}
+
+func symbols(f *elf.File) map[string]uint64 {
+	syms, _ := f.Symbols()
+	m := make(map[string]uint64, 3)
+	for _, s := range syms {
+		switch s.Name {
+		case zeroBSSSymbol, "runtime.bss", "runtime.enoptrbss":
+			m[s.Name] = s.Value
+		}
+	}
+	return m
+}
+
 func run(in, dcd, out string) error {
 	f, err := elf.Open(in)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	var segs []*elf.Prog
+	var progs []*elf.Prog
+	var segs []segment
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Memsz > 0 {
-			segs = append(segs, p)
+			progs = append(progs, p)
+			segs = append(segs, segment{p.Paddr, p.Filesz, p.Memsz})
 		}
 	}
-	if len(segs) == 0 {
-		return fmt.Errorf("%s has no loadable segment", in)
-	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].Paddr < segs[j].Paddr })
-	base := segs[0].Paddr
-	end := uint64(0)
-	for _, p := range segs {
-		end = max(end, p.Paddr+p.Memsz)
+	var z zeroing
+	syms := symbols(f)
+	if _, ok := syms[zeroBSSSymbol]; ok {
+		start, ok1 := syms["runtime.bss"]
+		end, ok2 := syms["runtime.enoptrbss"]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%s has %s but no runtime.bss/runtime.enoptrbss symbols", in, zeroBSSSymbol)
+		}
+		z = zeroing{true, start, end}
 	}
-	// BSS included (zeroed), as objcopy with --set-section-flags does.
-	img := make([]byte, end-base)
-	for _, p := range segs {
+	base, length, err := extent(segs, z)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	img := make([]byte, length)
+	for _, p := range progs {
 		if _, err := p.ReadAt(img[p.Paddr-base:p.Paddr-base+p.Filesz], 0); err != nil {
 			return fmt.Errorf("segment at %#x: %w", p.Paddr, err)
 		}
@@ -61,7 +139,11 @@ func run(in, dcd, out string) error {
 	if err := os.WriteFile(bin, img, 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("%s: %d bytes at %#x, entry %#x\n", bin, len(img), base, f.Entry)
+	if z.Present {
+		fmt.Printf("%s: %d bytes at %#x, entry %#x (.bss and .noptrbss, %d bytes, zeroed at reset)\n", bin, len(img), base, f.Entry, z.End-z.Start)
+	} else {
+		fmt.Printf("%s: %d bytes at %#x, entry %#x (zeroed sections included)\n", bin, len(img), base, f.Entry)
+	}
 	if dcd == "" {
 		return nil
 	}
