@@ -690,3 +690,25 @@ func TestEveryRxDoorbellFollowsABarrier(t *testing.T) {
 		}
 	}
 }
+
+// TestResetThatNeverCompletesIsReported: a MAC whose ECR.RESET never clears
+// (an unclocked ENET) makes Init fail with ErrResetTimeout and counts it,
+// instead of running on as if reset; a reset that completes again clears
+// the error.
+func TestResetThatNeverCompletesIsReported(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{})
+	r.Model.SetFaults(fectest.Faults{ResetStuck: true})
+	if err := r.NIC.Init(); !errors.Is(err, fec.ErrResetTimeout) {
+		t.Fatalf("Init with the reset stuck: %v, want ErrResetTimeout", err)
+	}
+	if n := r.NIC.Stats().ResetTimeouts; n != 1 {
+		t.Fatalf("ResetTimeouts = %d, want 1", n)
+	}
+	r.Model.SetFaults(fectest.Faults{})
+	if err := r.NIC.Init(); err != nil {
+		t.Fatalf("Init once the reset completes: %v", err)
+	}
+	if n := r.NIC.Stats().ResetTimeouts; n != 1 {
+		t.Fatalf("ResetTimeouts = %d after a good reset, want still 1", n)
+	}
+}

@@ -239,11 +239,11 @@ func (n *NIC) Link() Link {
 func (n *NIC) restartLocked() error {
 	n.tx.mu.Lock()
 	n.rx.mu.Lock()
-	done := n.restartRingsLocked()
+	done, err := n.restartRingsLocked()
 	n.rx.mu.Unlock()
 	n.tx.mu.Unlock()
 	n.deferDone(done)
-	return nil
+	return err
 }
 
 // deferDone keeps completions taken while ctl is held for unlockCtl.
@@ -268,14 +268,31 @@ func (n *NIC) unlockCtl() {
 	n.complete(done)
 }
 
-func (n *NIC) restartRingsLocked() *[]txDone {
+// resetPolls bounds the wait for ECR.RESET to clear itself: at about 100 ns
+// a register read, 100 µs, ten times the udelay(10) Linux's fec_restart
+// gives it without looking.
+const resetPolls = 1000
+
+// ErrResetTimeout is returned by Init, SetLink and the bus-error recovery
+// when the MAC's reset did not complete (ECR.RESET still set after
+// resetPolls reads): the ENET's clock is off, or the block is held in
+// reset. The restart still goes through its steps, as Linux's does.
+var ErrResetTimeout = errors.New("fec: MAC reset did not complete (ECR RESET still set): is the ENET clocked?")
+
+func (n *NIC) restartRingsLocked() (*[]txDone, error) {
 	r := n.regs
+	var err error
 	// 1. Reset. The multi-queue parts are stopped with ECR=0 instead (AXI).
 	if n.cfg.Caps.Has(QuirkMultiQueue) {
 		r.Write32(ENETx_ECR, 0)
 	} else {
 		r.Write32(ENETx_ECR, ECR_RESET)
-		for i := 0; i < 1000 && r.Read32(ENETx_ECR)&ECR_RESET != 0; i++ {
+		i := 0
+		for ; i < resetPolls && r.Read32(ENETx_ECR)&ECR_RESET != 0; i++ {
+		}
+		if i == resetPolls {
+			n.ev.resetTimeouts++
+			err = ErrResetTimeout
 		}
 	}
 	n.ev.restarts++
@@ -361,7 +378,7 @@ func (n *NIC) restartRingsLocked() *[]txDone {
 		eimr = EIR_TXF | EIR_RXF | EIR_EBERR
 	}
 	r.Write32(ENETx_EIMR, eimr)
-	return done
+	return done, err
 }
 
 func (n *NIC) mscr() uint32 {

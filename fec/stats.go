@@ -77,6 +77,7 @@ func (s RxStats) Dropped() uint64 {
 
 type evStats struct {
 	busErrors, restarts, mdioTimeouts  uint64
+	resetTimeouts                      uint64
 	linkUps, linkDowns, linkUnresolved uint64
 }
 
@@ -87,6 +88,9 @@ type Stats struct {
 	// BusErrors counts EBERR events; Restarts counts MAC restarts (init,
 	// link changes and bus-error recovery).
 	BusErrors, Restarts, MDIOTimeouts uint64
+	// ResetTimeouts counts restarts whose MAC reset did not complete
+	// (ErrResetTimeout).
+	ResetTimeouts uint64
 	// Link is the link the MAC runs (Up false while the PHY reports none).
 	Link Link
 	// LinkUps and LinkDowns count link transitions seen by StartLink and
@@ -106,7 +110,8 @@ func (n *NIC) Stats() Stats {
 	rx := n.rx.stats
 	n.rx.mu.Unlock()
 	return Stats{Tx: tx, Rx: rx, BusErrors: n.ev.busErrors, Restarts: n.ev.restarts, MDIOTimeouts: n.ev.mdioTimeouts,
-		Link: n.link, LinkUps: n.ev.linkUps, LinkDowns: n.ev.linkDowns, LinkUnresolved: n.ev.linkUnresolved}
+		ResetTimeouts: n.ev.resetTimeouts,
+		Link:          n.link, LinkUps: n.ev.linkUps, LinkDowns: n.ev.linkDowns, LinkUnresolved: n.ev.linkUnresolved}
 }
 
 // MIB counter registers (22.5.36 onward, "MIB block counters", IMX6ULLRM).

@@ -91,6 +91,12 @@ type Faults struct {
 	// status (e.g. TXE_TXE|TXE_UE).
 	TxError      uint32
 	TxErrorCount int
+	// ResetStuck makes a write of ECR.RESET never complete: RESET reads
+	// back set and nothing is reset. The manual has RESET clear itself
+	// once the MAC's reset is done (IMX6ULLRM 22.6.5.3, ECR); a MAC whose
+	// clock a boot loader left gated is where it would not (on silicon an
+	// access may instead stall the bus).
+	ResetStuck bool
 }
 
 // RxFault corrupts one delivered frame as the MAC would report it.
@@ -350,6 +356,10 @@ func (m *Model) write(off, v uint32) {
 		m.set(off, v)
 		m.raise(0)
 	case fec.ENETx_ECR:
+		if v&fec.ECR_RESET != 0 && m.faults.ResetStuck {
+			m.set(off, m.get(off)|fec.ECR_RESET)
+			return
+		}
 		if v&fec.ECR_RESET != 0 {
 			m.reset()
 			m.set(fec.ENETx_PALR, 0)
