@@ -141,6 +141,7 @@ type RC struct {
 	lost       atomic.Bool
 	linkLost   atomic.Int64
 	downAccess atomic.Int64
+	retraining atomic.Int64
 }
 
 // Stats counts what went wrong without failing an operation.
@@ -153,6 +154,10 @@ type Stats struct {
 	// Start had brought it up; LinkDownAccess the accesses (BAR through a
 	// Window, configuration) refused since, which read all-ones.
 	LinkLost, LinkDownAccess int
+	// Retraining counts the link checks that found the link still in
+	// Recovery after waiting recoveryWait: that access was refused (read
+	// all-ones), nothing was latched.
+	Retraining int
 }
 
 // New checks cfg and returns a root complex; nothing is touched yet.
@@ -204,6 +209,7 @@ func (rc *RC) SoC() SoC { return rc.soc }
 func (rc *RC) Stats() Stats {
 	st := rc.stats
 	st.LinkLost, st.LinkDownAccess = int(rc.linkLost.Load()), int(rc.downAccess.Load())
+	st.Retraining = int(rc.retraining.Load())
 	return st
 }
 
@@ -229,12 +235,33 @@ func (rc *RC) linkAlive() bool {
 	return false
 }
 
-// linkNow is linkAlive without counting an access.
+// linkNow is linkAlive without counting an access. PL DEBUG1 tells three
+// states apart (Linux pci-imx6.c imx6_pcie_link_up, v3.x-v4.x): link down
+// (LINK_UP clear: the LTSSM left the link-up states, the endpoint went
+// through a reset, PCI Express Base 3.0 2.9.1), recorded as lost until
+// Start; up and in training, which is Recovery (a replay timeout,
+// receiver errors, an L0s/L1 exit, PCI Express Base 3.0 4.2.6.4) and
+// passes, so it is waited out for at most recoveryWait and never latched:
+// a Recovery still running then refuses this one access (counted in
+// Stats.Retraining), as dw_pcie_valid_device refuses an access on a link
+// it finds down, and the next access looks again; and up.
 func (rc *RC) linkNow() bool {
 	if !rc.linkUp || rc.lost.Load() {
 		return false
 	}
-	if rc.linkUpNow() {
+	v := rc.dbi.Read32(plDebug1)
+	if v&debug1LinkUp != 0 && v&debug1InTraining != 0 {
+		deadline := rc.now() + int64(recoveryWait)
+		for v&debug1LinkUp != 0 && v&debug1InTraining != 0 && rc.now() < deadline {
+			rc.delay(recoveryPoll)
+			v = rc.dbi.Read32(plDebug1)
+		}
+		if v&debug1LinkUp != 0 && v&debug1InTraining != 0 {
+			rc.retraining.Add(1)
+			return false
+		}
+	}
+	if v&debug1LinkUp != 0 {
 		return true
 	}
 	if !rc.lost.Swap(true) {

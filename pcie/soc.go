@@ -175,4 +175,10 @@ const (
 	speedWait     = 200 * time.Millisecond // 200 polls in Linux
 	defaultLinkTO = 900 * time.Millisecond // Linux: 10 retries of 90 ms
 	pollInterval  = time.Millisecond
+	// recoveryWait bounds the wait for a link in Recovery to return to
+	// L0: Recovery.RcvrLock and Recovery.RcvrCfg give up after 24 ms and
+	// 48 ms (PCI Express Base 3.0, 4.2.6.4.1/4.2.6.4.3); 50 ms covers a
+	// Recovery that ends either way. Linux v3.x waited 5 x 1-2 ms.
+	recoveryWait = 50 * time.Millisecond
+	recoveryPoll = 100 * time.Microsecond
 )

@@ -88,6 +88,7 @@ type Host struct {
 	msiEnable, msiMask, msiSta uint32
 
 	linkUp    bool
+	recovery  int64 // simulated time until which the link is in Recovery (Retrain)
 	polls     int
 	gen       int
 	firstGen  int
@@ -258,6 +259,30 @@ func (h *Host) DropLink() {
 	h.linkUp = false
 	h.opts.NeverTrains = true
 }
+
+// Retrain puts the link through Recovery for d of simulated time, as a
+// replay timeout, receiver errors, a speed change or an L0s/L1 exit do
+// while the link stays up (PCI Express Base 3.0, 4.2.6.4: Recovery is
+// entered from L0 and returns to L0 without leaving the link-up states;
+// 4.2.6.4.1: Recovery.RcvrLock gives up after 24 ms). Meanwhile PL DEBUG1
+// reads LINK_UP with LINK_IN_TRAINING set (Linux pci-imx6.c
+// imx6_pcie_link_up, v3.x-v4.x: "the link is UP, but still in LTSSM
+// training ... wait for the training to finish"; U-Boot pcie_imx.c reads
+// the same as Recovery) and PL DEBUG0 the LTSSM in Recovery.RcvrLock
+// (0x0D). TLPs the CPU sends meanwhile are held by the core and go out
+// when the link is back in L0: they are not lost and no violation.
+func (h *Host) Retrain(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.linkUp {
+		h.recovery = h.nowNs + int64(d)
+	}
+}
+
+func (h *Host) inRecovery() bool { return h.linkUp && h.nowNs < h.recovery }
+
+// Gen returns the current link speed, FirstGen the speed the link first
+// trained at.
 func (h *Host) Gen() int      { h.mu.Lock(); defer h.mu.Unlock(); return h.gen }
 func (h *Host) FirstGen() int { h.mu.Lock(); defer h.mu.Unlock(); return h.firstGen }
 
@@ -460,6 +485,9 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	case 0x810:
 		return h.phyStatus()
 	case 0x728:
+		if h.inRecovery() {
+			return 0x0D
+		}
 		if h.linkUp {
 			return 0x11
 		}
@@ -477,6 +505,9 @@ func (h *Host) dbiRead(off uint32) uint32 {
 				}
 			}
 			return 1 << 29 // in training
+		}
+		if h.inRecovery() {
+			return 1<<4 | 1<<29
 		}
 		if h.linkUp {
 			return 1 << 4

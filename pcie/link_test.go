@@ -1,0 +1,49 @@
+package pcie_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tamanic/tamanic/pcie"
+)
+
+// A link that passes through Recovery (replay timeout, receiver errors,
+// an L0s/L1 exit) while it stays up is not a lost link: PL DEBUG1 then
+// reads LINK_UP with LINK_IN_TRAINING, and Linux (pci-imx6.c
+// imx6_pcie_link_up, v3.x-v4.x) waits for the training to end while
+// dw_pcie_valid_device refuses one access on a down link and latches
+// nothing. Accesses during and after the retrain reach the device, and
+// nothing is counted as lost.
+func TestRetrainIsNotALostLink(t *testing.T) {
+	for _, soc := range []pcie.SoC{pcie.IMX6Q, pcie.IMX7D} {
+		t.Run(soc.Name, func(t *testing.T) {
+			r, _, d, w := mappedE1000E(t, soc)
+			const status = 0x0008_0283
+			r.h.Retrain(2 * time.Millisecond)
+			if !w.LinkUp() || !r.rc.LinkUp() {
+				t.Fatal("a link in Recovery reported down")
+			}
+			if v := w.Read32(8); v != status {
+				t.Errorf("BAR read after a retrain: %#x", v)
+			}
+			r.h.Retrain(2 * time.Millisecond)
+			if v := r.rc.ReadConfig32(d.BDF, 0); v != 0x10D3_8086 {
+				t.Errorf("config read during a retrain: %#x", v)
+			}
+			// Recovery longer than the driver waits: the access is refused,
+			// the link is not latched lost, and once Recovery ends
+			// accesses go through again.
+			r.h.Retrain(time.Second)
+			if w.LinkUp() {
+				t.Error("a link stuck in Recovery for a second reported usable")
+			}
+			r.h.Delay(time.Second)
+			if v := w.Read32(8); v != status || !w.LinkUp() || !r.rc.LinkUp() {
+				t.Errorf("after Recovery ended: read %#x, link %v/%v", v, w.LinkUp(), r.rc.LinkUp())
+			}
+			if st := r.rc.Stats(); st.LinkLost != 0 {
+				t.Errorf("stats %+v: a retrain counted as a lost link", st)
+			}
+		})
+	}
+}
