@@ -1,10 +1,12 @@
 package pcie_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/tamanic/tamanic/pcie"
+	"github.com/tamanic/tamanic/pcie/pcietest"
 )
 
 // A link that passes through Recovery (replay timeout, receiver errors,
@@ -45,5 +47,46 @@ func TestRetrainIsNotALostLink(t *testing.T) {
 				t.Errorf("stats %+v: a retrain counted as a lost link", st)
 			}
 		})
+	}
+}
+
+// An iATU region takes effect only once its enable reads back (Linux
+// __dw_pcie_prog_outbound_atu); the model holds the old translation until
+// then, so a configuration or BAR access right after programming would go
+// nowhere (a data abort) or to the old target. With the enable reading
+// back late the driver polls; when it never does, the access is refused
+// with ErrATU instead of going out untranslated.
+func TestIATUEnableReadBack(t *testing.T) {
+	for _, lag := range []int{0, 3} {
+		r := newRig(t, pcietest.Options{SoC: pcie.IMX7D, ATUEnableLag: lag}, nil)
+		f, regs := e1000e()
+		r.h.Attach(0, f)
+		d := start(t, r)[0]
+		regs.regs[8] = 0x0008_0283
+		w, err := r.rc.Map(d, 0, 0, 4096)
+		if err != nil {
+			t.Fatalf("lag %d: %v", lag, err)
+		}
+		if v := w.Read32(8); v != 0x0008_0283 {
+			t.Errorf("lag %d: BAR read %#x", lag, v)
+		}
+		w.Release()
+	}
+	r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
+	f, _ := e1000e()
+	r.h.Attach(0, f)
+	start(t, r)
+	// From now on every enable reads back late, past the driver's polls:
+	// retargeting the configuration viewport fails and nothing goes out.
+	r.h.SetATUEnableLag(100)
+	other := pcie.BDF{Bus: 2}
+	if v := r.rc.ReadConfig32(other, 0); v != 0xFFFF_FFFF {
+		t.Errorf("config read through a region not enabled: %#x", v)
+	}
+	if err := r.rc.WriteConfig32(other, 4, 0); !errors.Is(err, pcie.ErrATU) {
+		t.Errorf("config write through a region not enabled: %v", err)
+	}
+	if st := r.rc.Stats(); st.ATUTimeouts != 2 {
+		t.Errorf("stats %+v, want 2 iATU timeouts", st)
 	}
 }

@@ -966,6 +966,7 @@ func TestModelReportsDriverMistakes(t *testing.T) {
 		dbi.Write32(0x91C, 0)
 		dbi.Write32(0x904, typ)
 		dbi.Write32(0x908, 1<<31)
+		dbi.Read32(0x908) // takes effect when read back
 	}
 	program(5, 1<<24) // Type 1 to the root port's own secondary bus; nothing there
 	cfg.Read32(0)

@@ -24,6 +24,7 @@ var (
 	ErrBadCap      = errors.New("pcie: malformed capability list")
 	ErrNoCap       = errors.New("pcie: capability not present")
 	ErrRange       = errors.New("pcie: out of range")
+	ErrATU         = errors.New("pcie: iATU region did not take effect")
 )
 
 // LinkError says how far link training got.
@@ -150,6 +151,7 @@ type Stats struct {
 	WindowOutRange int // accesses through a Window beyond its size
 	BadBARs        int // BARs refused during enumeration
 	BadCaps        int // malformed capability lists
+	ATUTimeouts    int // iATU regions whose enable never read back (ErrATU)
 	// LinkLost counts the times an access found the link down after
 	// Start had brought it up; LinkDownAccess the accesses (BAR through a
 	// Window, configuration) refused since, which read all-ones.

@@ -181,4 +181,8 @@ const (
 	// Recovery that ends either way. Linux v3.x waited 5 x 1-2 ms.
 	recoveryWait = 50 * time.Millisecond
 	recoveryPoll = 100 * time.Microsecond
+	// atuEnableTries reads of PL_IATURC2, atuEnableWait apart, wait for
+	// a region's enable (Linux LINK_WAIT_MAX_IATU_RETRIES, LINK_WAIT_IATU).
+	atuEnableTries = 5
+	atuEnableWait  = 9 * time.Millisecond
 )

@@ -61,7 +61,10 @@ func (rc *RC) mapBus(a, n uint64) (*Window, error) {
 		if a+n > t+rc.soc.MemSize {
 			return nil, fmt.Errorf("pcie: map %#x len %#x: does not fit one window: %w", a, n, ErrNoSpace)
 		}
-		rc.program(viewportMem, atuTypeMem, rc.soc.MemBase, rc.soc.MemSize, t)
+		rc.memTarget = 0
+		if err := rc.program(viewportMem, atuTypeMem, rc.soc.MemBase, rc.soc.MemSize, t); err != nil {
+			return nil, fmt.Errorf("pcie: map %#x len %#x: %w", a, n, err)
+		}
 		rc.memTarget = t
 	}
 	rc.memUsers++

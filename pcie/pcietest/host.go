@@ -57,6 +57,17 @@ type Options struct {
 	// align 64K, limit 4G"; dw_pcie_prog_outbound_atu refuses unaligned
 	// cpu_addr or pci_addr with -EINVAL. QEMU 7.2 reports "align 0K".
 	RegionAlign uint32
+	// ATUEnableLag is how many reads of PL_IATURC2 after a write to it
+	// read ENABLE clear, the region not yet in effect. Whatever it is, a write to
+	// PL_IATURC2 takes effect only once PL_IATURC2 of that region has
+	// been read back showing it: until then CPU accesses are translated by
+	// the region as it was (Linux pcie-designware.c
+	// __dw_pcie_prog_outbound_atu: "Make sure ATU enable takes effect
+	// before any subsequent config and I/O accesses", polling CR2's
+	// ENABLE up to LINK_WAIT_MAX_IATU_RETRIES = 5 times, LINK_WAIT_IATU
+	// = 9 ms apart; the DBI write is posted and the windows sit on
+	// another AXI port, so an access through a window can overtake it).
+	ATUEnableLag int
 }
 
 // PHYWrite is one write to an i.MX6 PHY register through PHY_CTRL.
@@ -82,7 +93,9 @@ type Host struct {
 
 	vpIndex uint32
 	vp      []viewport
-	active  []viewport // latched when PL_IATURC2 is written
+	active  []viewport // what translates CPU accesses
+	pending []*viewport
+	lag     []int
 
 	msiAddr                    uint64
 	msiEnable, msiMask, msiSta uint32
@@ -185,7 +198,8 @@ func New(opts Options) *Host {
 		opts.RegionAlign = 64 << 10
 	}
 	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{}, phyRegs: map[uint16]uint16{},
-		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports)}
+		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports),
+		pending: make([]*viewport, opts.SoC.Viewports), lag: make([]int, opts.SoC.Viewports)}
 	// The root port as QEMU 7.2 presents it (16c3:abcd, MSI at 0x50,
 	// PCI Express root port at 0x70), Gen2 x1 capable.
 	r := NewBridge(0x16C3, 0xABCD)
@@ -280,6 +294,13 @@ func (h *Host) Retrain(d time.Duration) {
 }
 
 func (h *Host) inRecovery() bool { return h.linkUp && h.nowNs < h.recovery }
+
+// SetATUEnableLag changes Options.ATUEnableLag for the writes to come.
+func (h *Host) SetATUEnableLag(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opts.ATUEnableLag = n
+}
 
 // Gen returns the current link speed, FirstGen the speed the link first
 // trained at.
@@ -538,6 +559,16 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	case 0x904:
 		return vp.cr1
 	case 0x908:
+		i := h.vpIndex % uint32(len(h.vp))
+		if p := h.pending[i]; p != nil {
+			if h.lag[i] > 0 {
+				// Not in effect yet: ENABLE reads clear, which is
+				// what Linux's poll for it waits out.
+				h.lag[i]--
+				return p.cr2 &^ (1 << 31)
+			}
+			h.active[i], h.pending[i] = *p, nil
+		}
 		return vp.cr2
 	case 0x90C:
 		return vp.lba
@@ -607,7 +638,9 @@ func (h *Host) dbiWrite(off, v uint32) {
 		if v&(1<<31) != 0 {
 			h.checkRegion(vp)
 		}
-		h.active[h.vpIndex%uint32(len(h.vp))] = *vp
+		i := h.vpIndex % uint32(len(h.vp))
+		p := *vp
+		h.pending[i], h.lag[i] = &p, h.opts.ATUEnableLag
 	case 0x90C:
 		vp.lba = v
 	case 0x910:
