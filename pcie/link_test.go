@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/pcie"
 	"github.com/tamanic/tamanic/pcie/pcietest"
 )
@@ -88,5 +89,46 @@ func TestIATUEnableReadBack(t *testing.T) {
 	}
 	if st := r.rc.Stats(); st.ATUTimeouts != 2 {
 		t.Errorf("stats %+v, want 2 iATU timeouts", st)
+	}
+}
+
+// The root port's own MSI Enable gates the MSIs of the devices below it
+// (Linux imx6_pcie_probe sets it); RC.EnableMSI opens the gate, and an
+// MSI sent with it closed is dropped (a violation in the model).
+func TestRootPortMSIEnable(t *testing.T) {
+	for _, soc := range socs() {
+		r := newRig(t, pcietest.Options{SoC: soc}, nil)
+		f, _ := e1000e()
+		r.h.Attach(0, f)
+		d := start(t, r)[0]
+		root := pcie.BDF{}
+		if v := r.rc.ReadConfig32(root, 0x50); v&(1<<16) != 0 {
+			t.Fatalf("%s: root port MSI Enable set before EnableMSI: %#x", soc.Name, v)
+		}
+		target, err := r.mem.Alloc(64, 64, dma.Coherent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rc.EnableMSI(target.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		if v := r.rc.ReadConfig32(root, 0x50); v&0xFF != pcie.CapMSI || v&(1<<16) == 0 {
+			t.Errorf("%s: root port MSI capability %#x: MSI Enable clear", soc.Name, v)
+		}
+		if err := d.EnableMSI(5); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.SetBusMaster(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.SignalMSI(); err != nil || r.rc.ServeMSI(nil) != 1 {
+			t.Errorf("%s: MSI through the open gate: %v", soc.Name, err)
+		}
+		// Closed again behind the driver's back: the MSI is dropped.
+		_ = r.rc.WriteConfig32(root, 0x50, r.rc.ReadConfig32(root, 0x50)&^(1<<16))
+		if err := f.SignalMSI(); !errors.Is(err, pcietest.ErrMSIGated) || r.rc.MSIPending() != 0 {
+			t.Errorf("%s: MSI with the gate closed: %v, pending %#x", soc.Name, err, r.rc.MSIPending())
+		}
+		r.h.Take()
 	}
 }
