@@ -132,3 +132,54 @@ func TestRootPortMSIEnable(t *testing.T) {
 		r.h.Take()
 	}
 }
+
+// A NIC driver's register accesses through a Window read no PL DEBUG1 of
+// their own: the link state is read once per check interval (10 ms), not
+// before every access, which cost one DBI read per BAR access.
+func TestLinkCheckOffTheDataPath(t *testing.T) {
+	r, _, _, w := mappedE1000E(t, pcie.IMX7D)
+	const n = 1000
+	dbi0, checks0 := r.h.DBIReads(), r.rc.Stats().LinkChecks
+	for i := 0; i < n; i++ {
+		_ = w.Read32(8)
+		w.Write32(0x10, 0)
+	}
+	if got := r.h.DBIReads() - dbi0; got > 1 {
+		t.Errorf("%d BAR accesses within one interval read the DBI %d times", 2*n, got)
+	}
+	// With time passing, one check per interval: 1000 accesses 100 µs
+	// apart span 100 ms, 10 intervals.
+	dbi0 = r.h.DBIReads()
+	for i := 0; i < n; i++ {
+		r.h.Delay(100 * time.Microsecond)
+		_ = w.Read32(8)
+	}
+	if got := r.h.DBIReads() - dbi0; got < 9 || got > 11 {
+		t.Errorf("%d accesses over 100 ms read the DBI %d times, want one per 10 ms", n, got)
+	}
+	if c := r.rc.Stats().LinkChecks - checks0; c < 9 || c > 12 {
+		t.Errorf("%d link checks", c)
+	}
+}
+
+// BenchmarkWindowRead reports the DBI reads (PL DEBUG1) each BAR read
+// costs: 1 when every access looked at the link, 0 now.
+func BenchmarkWindowRead(b *testing.B) {
+	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D})
+	f, _ := e1000e()
+	h.Attach(0, f)
+	rc, devs, err := h.Up()
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := rc.Map(devs[0], 0, 0, 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dbi0 := h.DBIReads()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = w.Read32(8)
+	}
+	b.ReportMetric(float64(h.DBIReads()-dbi0)/float64(b.N), "dbi-reads/op")
+}

@@ -107,9 +107,10 @@ type Host struct {
 	firstGen  int
 	g2Pending bool
 
-	nowNs int64
-	viol  []string
-	tlps  int
+	nowNs    int64
+	viol     []string
+	tlps     int
+	dbiReads int
 
 	phyCtrl          uint32
 	phyAddr, phyData uint16
@@ -307,6 +308,9 @@ func (h *Host) SetATUEnableLag(n int) {
 func (h *Host) Gen() int      { h.mu.Lock(); defer h.mu.Unlock(); return h.gen }
 func (h *Host) FirstGen() int { h.mu.Lock(); defer h.mu.Unlock(); return h.firstGen }
 
+// DBIReads counts the reads of the core's registers (DBI) so far.
+func (h *Host) DBIReads() int { h.mu.Lock(); defer h.mu.Unlock(); return h.dbiReads }
+
 // TLPs counts configuration and memory requests that left the root port.
 func (h *Host) TLPs() int { h.mu.Lock(); defer h.mu.Unlock(); return h.tlps }
 
@@ -498,6 +502,7 @@ func (h *Host) dbiCheck(off uint32, what string) bool {
 }
 
 func (h *Host) dbiRead(off uint32) uint32 {
+	h.dbiReads++
 	if !h.dbiCheck(off, "read") {
 		return 0xFFFF_FFFF
 	}
