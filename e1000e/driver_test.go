@@ -581,7 +581,7 @@ func (d *ddRegs) Write32(off, v uint32) {
 // nothing in the driver.
 func TestSteadyStateAllocatesNothing(t *testing.T) {
 	mem := dmatest.New(t, dmatest.Options{NoTrace: true, CachedSize: 4 << 20})
-	regs := &ddRegs{mem: mem, regs: map[uint32]uint32{e1000e.RAH0: 1 << 31, e1000e.RAL0: 0x12005452, e1000e.EERD: 0}}
+	regs := &ddRegs{mem: mem, regs: map[uint32]uint32{e1000e.RAH0: 1 << 31, e1000e.RAL0: 0x12005452, e1000e.EERD: 0, e1000e.EECD: 1 << 9}}
 	nic, err := e1000e.New(e1000e.Config{Regs: regs, Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, 1}, TxRing: 64, RxRing: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -679,5 +679,24 @@ func TestReceiveAlignedAtMaximumFrame(t *testing.T) {
 	}
 	if r.model.Inject(append(good, 0)) {
 		t.Error("a frame over RCTL.LPE's 1522 bytes was stored")
+	}
+}
+
+// TestResetWaitsForAutoRead: Init resets as e1000_reset_hw_82571 does
+// (GIO master disabled first, EECD.AUTO_RD waited for, then 25 ms before
+// the PHY and NVM); the model reports any access out of that order. An
+// auto-read that never completes is a bounded error, with no MAC register
+// touched after the reset.
+func TestResetWaitsForAutoRead(t *testing.T) {
+	r := newRig(t, rigOptions{noInit: true, model: e1000etest.Options{AutoReadDelay: 7 * time.Millisecond}})
+	if err := r.nic.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.nic.Stats(); st.Resets != 1 || st.MasterTimeouts != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	r = newRig(t, rigOptions{noInit: true, model: e1000etest.Options{AutoReadNever: true}})
+	if err := r.nic.Init(); !errors.Is(err, e1000e.ErrTimeout) || !strings.Contains(err.Error(), "auto-read") {
+		t.Errorf("auto-read never done: %v", err)
 	}
 }

@@ -89,6 +89,10 @@ type Stats struct {
 	}
 	Interrupts, Polls uint64
 	LinkChanges       uint64
+	// Resets counts completed MAC resets; MasterTimeouts the resets
+	// issued although GIO master requests had not drained in 80 ms (as
+	// Linux, which only logs it).
+	Resets, MasterTimeouts uint64
 }
 
 // HWStats are the statistics registers, accumulated (they clear on read).
@@ -176,18 +180,9 @@ func (n *NIC) wait(d, step time.Duration, cond func() bool) bool {
 // TX rings, checksum offload, interrupts. The link comes up on its own
 // (auto-negotiation); Link reports it.
 func (n *NIC) Init() error {
-	// Mask everything, then reset the MAC (CTRL.RST self-clears; Linux
-	// e1000_reset_hw_82571 waits for it, then for the NVM auto-read).
-	n.r.Write32(IMC, 0xFFFFFFFF)
-	n.r.Write32(RCTL, 0)
-	n.r.Write32(TCTL, tctlPSP)
-	n.r.Write32(CTRL, n.r.Read32(CTRL)|ctrlRST)
-	n.cfg.Delay(time.Millisecond)
-	if !n.wait(20*time.Millisecond, 100*time.Microsecond, func() bool { return n.r.Read32(CTRL)&ctrlRST == 0 }) {
-		return fmt.Errorf("e1000e: reset (CTRL %#x): %w", n.r.Read32(CTRL), ErrTimeout)
+	if err := n.resetHW(); err != nil {
+		return err
 	}
-	n.r.Write32(IMC, 0xFFFFFFFF)
-	_ = n.r.Read32(ICR)
 	if err := n.readMAC(); err != nil {
 		return err
 	}
