@@ -700,3 +700,79 @@ func TestResetWaitsForAutoRead(t *testing.T) {
 		t.Errorf("auto-read never done: %v", err)
 	}
 }
+
+// TestPHYHangWatchdog: Linux checks the 82574's PHY every 2 s
+// (FLAG2_CHECK_PHY_HANG, e1000_check_phy_82574) and resets the adapter when
+// two checks in a row find it hung. The model's hung PHY passes no frames
+// until a PHY reset. After the reset the frames the hang stranded in the
+// TX ring are completed with ErrReset, the multicast filter is back, and
+// frames flow both ways.
+func TestPHYHangWatchdog(t *testing.T) {
+	r := newRig(t, rigOptions{model: e1000etest.Options{ManualTX: true}})
+	cp := capturing(r)
+	group := [6]byte{0x01, 0x00, 0x5E, 0x00, 0x00, 0xFB}
+	r.nic.AddMulticast(group)
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 0 {
+		t.Fatalf("healthy PHY: %v %+v", err, r.nic.Stats())
+	}
+	frame := make([]byte, 100)
+	copy(frame, macB)
+	for i := 0; i < 3; i++ {
+		if err := r.nic.Transmit([][]byte{frame}, false, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.model.HangPHY()
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 0 || !r.model.PHYHung() {
+		t.Fatalf("one hung reading reset the adapter: %v %+v", err, r.nic.Stats())
+	}
+	if err := r.nic.Watchdog(); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.nic.Stats(); st.PHYHangs != 1 || st.Resets != 2 || r.model.PHYHung() {
+		t.Fatalf("after two hung readings: %+v, PHY hung %v", st, r.model.PHYHung())
+	}
+	done, errs := r.completions()
+	if len(done) != 3 {
+		t.Fatalf("stranded frames completed: %v", done)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, e1000e.ErrReset) {
+			t.Errorf("stranded frame completed with %v", err)
+		}
+	}
+	if r.nic.TxInFlight() != 0 {
+		t.Errorf("%d descriptors in flight after the reset", r.nic.TxInFlight())
+	}
+	if err := r.nic.Transmit([][]byte{frame}, false, 9); err != nil {
+		t.Fatal(err)
+	}
+	r.model.ProcessTX()
+	r.nic.Poll()
+	if f := cp.take(); len(f) != 1 || !bytes.Equal(f[0], frame) {
+		t.Errorf("%d frames on the wire after the reset", len(f))
+	}
+	mc := append([]byte(nil), frame...)
+	copy(mc, group[:])
+	if !r.model.Inject(mc) {
+		t.Fatal("multicast frame for the group filtered after the reset")
+	}
+	if f, err := r.nic.Receive(); err != nil || f == nil || !bytes.Equal(f.Bytes(), mc) {
+		t.Fatalf("receive after the reset: %v %v", f, err)
+	} else {
+		f.Release()
+	}
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 1 {
+		t.Errorf("healthy again: %v %+v", err, r.nic.Stats())
+	}
+}
+
+// A PCIe link that is gone is what the watchdog reports first.
+func TestWatchdogSeesLinkLoss(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.h.DropLink()
+	if err := r.nic.Watchdog(); !errors.Is(err, e1000e.ErrLinkDown) {
+		t.Errorf("watchdog on a dead link: %v", err)
+	}
+	r.h.Take()
+}

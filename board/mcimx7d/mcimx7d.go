@@ -21,6 +21,7 @@
 package mcimx7d
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -225,7 +226,29 @@ func E1000E(rc *pcie.RC, d *pcie.Device, msi bool, cfg e1000e.Config) (*e1000e.N
 	}
 	pcieIRQ.Store(h)
 	GIC.EnableInterrupt(id, true)
+	go e1000eWatchdog(n)
 	return n, func() (int64, int64) { return h.n.Load(), h.ns.Load() }, nil
+}
+
+// e1000eWatchdog runs the 82574L's periodic check (e1000e.NIC.Watchdog:
+// the PCIe link, then Linux's PHY-hang check, which resets the adapter)
+// every e1000e.WatchdogInterval until the NIC is closed. A failing check
+// is printed when its error changes, not every 2 s.
+func e1000eWatchdog(n *e1000e.NIC) {
+	var last string
+	for {
+		time.Sleep(e1000e.WatchdogInterval)
+		err := n.Watchdog()
+		if errors.Is(err, e1000e.ErrClosed) {
+			return
+		}
+		if msg := fmt.Sprint(err); err != nil && msg != last {
+			fmt.Printf("mcimx7d: e1000e watchdog: %v\n", err)
+			last = msg
+		} else if err == nil {
+			last = ""
+		}
+	}
 }
 
 // delay waits d on the generic timer. The PCIe bring-up runs before the

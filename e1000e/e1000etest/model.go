@@ -201,6 +201,7 @@ type Stats struct {
 	TxMaxDataDescs                 int
 	RxFrames, RxFiltered, RxNoDesc int
 	RxTooLong, RxRunt, RxDisabled  int
+	RxPHYHung                      int // frames lost to a hung PHY (HangPHY)
 	MSIs                           int
 }
 
@@ -219,6 +220,7 @@ type Model struct {
 	// then until the PHY configuration after the auto-read is done.
 	resetAt   int64
 	resetting bool
+	phyHung   bool
 	viol      []string
 	st        Stats
 	irq       chan struct{}
@@ -414,6 +416,10 @@ func (m *Model) Write32(off, v uint32) {
 			m.fn.SetINTx(false)
 			break
 		}
+		if v&(1<<31) != 0 { // CTRL.PHY_RST
+			m.phyReset()
+			v &^= 1 << 31
+		}
 		m.reg[rCTRL] = v
 	case rSTATUS: // read-only
 	case rICR: // write 1 to clear
@@ -490,6 +496,7 @@ func (m *Model) Write32(off, v uint32) {
 		m.reg[rTCTL] = v
 		if v&2 != 0 {
 			m.checkRing("TX", rTDBAL, rTDLEN)
+			m.checkInitBits()
 		}
 	default:
 		if off >= 0x4000 && off < 0x4100 {
@@ -557,6 +564,85 @@ func (m *Model) checkAccess(what string, off uint32) {
 	}
 }
 
+// The 82574 bits Linux sets before the transmitter runs
+// (82571.c e1000_initialize_hw_bits_82571, from e1000_init_hw_82571, for
+// the 82574 and 82583): TXDCTL(0) and TXDCTL(1) bit 22, TARC(0) bits 30:27
+// clear and bit 26 set, CTRL bit 29 clear, CTRL_EXT bit 23 clear and bit
+// 22 set, GCR bit 22 set, and GCR2 bit 0 set ("workaround for hardware
+// errata ... unreliable PCIe completions ... particularly with ASPM
+// enabled. Without fix, issue can cause Tx timeouts"). The model cannot
+// show what each does in the silicon; it reports a transmitter enabled
+// without them. Offsets: Linux regs.h TXDCTL(n) 0x3828 + 0x100n, TARC(n)
+// 0x3840 + 0x100n, CTRL_EXT 0x18, GCR 0x5B00, GCR2 0x5B64.
+const (
+	rCTRLEXT = 0x0018
+	rTXDCTL0 = 0x3828
+	rTXDCTL1 = 0x3928
+	rTARC0   = 0x3840
+	rGCR     = 0x5B00
+	rGCR2    = 0x5B64
+	initBits = "e1000_initialize_hw_bits_82571"
+	bit22    = 1 << 22
+)
+
+func (m *Model) checkInitBits() {
+	type rule struct {
+		reg        uint32
+		name       string
+		set, clear uint32
+	}
+	for _, r := range []rule{
+		{rTXDCTL0, "TXDCTL(0)", bit22, 0},
+		{rTXDCTL1, "TXDCTL(1)", bit22, 0},
+		{rTARC0, "TARC(0)", 1 << 26, 0xF << 27},
+		{rCTRL, "CTRL", 0, 1 << 29},
+		{rCTRLEXT, "CTRL_EXT", bit22, 1 << 23},
+		{rGCR, "GCR", bit22, 0},
+		{rGCR2, "GCR2", 1, 0},
+	} {
+		v := m.reg[r.reg]
+		if v&r.set != r.set || v&r.clear != 0 {
+			m.violate("transmitter enabled with %s = %#x: want bits %#x set and %#x clear (Linux %s for the 82574)", r.name, v, r.set, r.clear, initBits)
+		}
+	}
+}
+
+// PHY registers of the PHY-hang check (Linux e1000e phy.h
+// E1000_BASE1000T_STATUS 10, idle error count in bits 7:0, and
+// E1000_RECEIVE_ERROR_COUNTER 21, saturating at E1000_RECEIVE_ERROR_MAX
+// 0xFFFF; 82571.c e1000_check_phy_82574: both at their maximum means the
+// PHY is hung).
+const (
+	phyStatus1000T = 10
+	phyRxErrCount  = 21
+)
+
+// HangPHY makes the PHY hang as e1000_check_phy_82574 detects it: its
+// receive error counter and idle error count stay saturated and it
+// passes no frames (received frames are dropped and counted in
+// Stats.RxPHYHung) until it is reset (BMCR.Reset through MDIC, or
+// CTRL.PHY_RST).
+func (m *Model) HangPHY() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.phyHung = true
+	m.phy[phyRxErrCount] = 0xFFFF
+	m.phy[phyStatus1000T] |= 0xFF
+}
+
+// PHYHung reports whether the PHY is still hung.
+func (m *Model) PHYHung() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.phyHung
+}
+
+func (m *Model) phyReset() {
+	m.phyHung = false
+	m.phy[phyRxErrCount] = 0
+	m.phy[phyStatus1000T] &^= 0xFF
+}
+
 // handOK reports whether moving a tail from old to v hands over only
 // descriptors the driver owns: the device owns [head, old), so at most the
 // ring minus one may be handed over and the tail must not reach the head
@@ -591,8 +677,13 @@ func (m *Model) mdic(v uint32) {
 		r |= 1 << 30
 	case op == 2:
 		r = r&^0xFFFF | uint32(m.phy[reg])
+	case op == 1 && reg == 0 && v&(1<<15) != 0:
+		// BMCR.Reset (IEEE 802.3 22.2.4.1.1), self-clearing: the PHY
+		// returns to its defaults, which ends a hang.
+		m.phy[0] = uint16(v) &^ (1 << 15)
+		m.phyReset()
 	case op == 1:
-		if reg != 1 && reg != 2 && reg != 3 {
+		if reg != 1 && reg != 2 && reg != 3 && reg != phyStatus1000T && reg != phyRxErrCount {
 			m.phy[reg] = uint16(v)
 		}
 	default:

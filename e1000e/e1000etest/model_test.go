@@ -56,7 +56,18 @@ func (b *bench) desc(i int, w0, w1, w2, w3 uint32) {
 	binary.LittleEndian.PutUint32(d[12:], w3)
 }
 
+// initBits writes the 82574 bits of Linux e1000_initialize_hw_bits_82571.
+func (b *bench) initBits() {
+	b.r.Write32(0x3828, 1<<22)
+	b.r.Write32(0x3928, 1<<22)
+	b.r.Write32(0x3840, 1<<26)
+	b.r.Write32(0x0018, 1<<22)
+	b.r.Write32(0x5B00, 1<<22)
+	b.r.Write32(0x5B64, 1)
+}
+
 func (b *bench) startTX() {
+	b.initBits()
 	b.r.Write32(0x3800, uint32(b.ring.Addr()))
 	b.r.Write32(0x3804, 0)
 	b.r.Write32(0x3808, 8*16)
@@ -296,6 +307,44 @@ func TestModelResetRules(t *testing.T) {
 	b.h.Delay(30 * time.Millisecond)
 	if s := b.r.Read32(0x8); s&(1<<19) == 0 {
 		t.Errorf("STATUS %#x: GIO mastering not back after the reset", s)
+	}
+	b.expect()
+}
+
+// A transmitter enabled without Linux's 82574 init bits is reported, one
+// violation per register.
+func TestModelInitBits(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	b.r.Write32(0x3800, uint32(b.ring.Addr()))
+	b.r.Write32(0x3808, 8*16)
+	b.r.Write32(0x0000, 1<<29)
+	b.r.Write32(0x0400, 2|8)
+	b.expect("TXDCTL(0)", "TXDCTL(1)", "TARC(0)", "CTRL =", "CTRL_EXT", "GCR =", "GCR2")
+	b.r.Write32(0x0000, 0)
+	b.startTX()
+	b.expect()
+}
+
+// A hung PHY reads its receive error counter and idle error count
+// saturated and passes no frames until a PHY reset.
+func TestModelPHYHang(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	b.h.Delay(time.Second)
+	mdic := func(reg, op, v uint32) uint32 {
+		b.r.Write32(0x20, v|reg<<16|1<<21|op<<26)
+		return b.r.Read32(0x20) & 0xFFFF
+	}
+	b.m.HangPHY()
+	if rx, st := mdic(21, 2, 0), mdic(10, 2, 0); rx != 0xFFFF || st&0xFF != 0xFF {
+		t.Fatalf("hung PHY: receive errors %#x, 1000BASE-T status %#x", rx, st)
+	}
+	b.startRX()
+	if b.m.Inject(make([]byte, 64)) || b.m.Stats().RxPHYHung != 1 {
+		t.Errorf("a hung PHY passed a frame: %+v", b.m.Stats())
+	}
+	mdic(0, 1, 1<<15|0x1140)
+	if b.m.PHYHung() || mdic(21, 2, 0) != 0 || mdic(0, 2, 0)&(1<<15) != 0 {
+		t.Error("BMCR.Reset did not end the hang or did not self-clear")
 	}
 	b.expect()
 }
