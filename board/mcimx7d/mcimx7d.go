@@ -17,7 +17,8 @@
 // presents it (no CCM clock roots, GPR1 clock direction, pad muxing or
 // RGMII PHY set-up: on silicon a boot loader must have done those), and
 // the PCIe PHY, SRC and GPR are unimplemented or stubbed in QEMU, so the
-// glue's reset and PLL sequence has run only against the host model.
+// glue's reset and PLL sequence, and the board's PCIe clocks, power domain
+// and 74HC595 slot reset (pcieglue.go), have run only against host models.
 package mcimx7d
 
 import (
@@ -268,14 +269,18 @@ type (
 )
 
 // PCIe starts the root complex, enumerates the bus and returns the report
-// (it never fails the boot: a link that does not train or a bad device is
-// reported, not fatal).
+// (it never fails the boot: a link that does not train, clocks or power
+// that do not come up, or a bad device are reported, not fatal). The
+// PCIe clocks, the PHY's power domain and the slot's PERST# are the
+// board's (pcieGlue): U-Boot does not bring up the i.MX7 PCIe.
 func PCIe() (*pcie.RC, PCIeReport) {
 	s := pcie.IMX7D
+	g := pcieGlue{anatop: mmio.Block{Base: AnatopBase}, ccm: mmio.Block{Base: CCMBase},
+		gpc: mmio.Block{Base: GPCBase}, gpio1: mmio.Block{Base: GPIO1Base}, now: Nanotime, delay: delay}
 	rc, err := pcie.New(pcie.Config{SoC: s,
 		DBI: mmio.Block{Base: uintptr(s.DBIBase)}, GPR: mmio.Block{Base: GPRBase},
 		SRC: mmio.Block{Base: SRCBase}, PHY: mmio.Block{Base: PCIePHYBase},
 		Cfg: mmio.Block{Base: uintptr(s.ConfigBase)}, Mem: mmio.Block{Base: uintptr(s.MemBase)},
-		Nanotime: Nanotime, Delay: delay})
+		Nanotime: Nanotime, Delay: delay, Clocks: g.clocks, PERST: g.perst})
 	return pcireport.Run(rc, err, true)
 }
