@@ -581,7 +581,7 @@ func (d *ddRegs) Write32(off, v uint32) {
 // nothing in the driver.
 func TestSteadyStateAllocatesNothing(t *testing.T) {
 	mem := dmatest.New(t, dmatest.Options{NoTrace: true, CachedSize: 4 << 20})
-	regs := &ddRegs{mem: mem, regs: map[uint32]uint32{e1000e.RAH0: 1 << 31, e1000e.RAL0: 0x12005452, e1000e.EERD: 0}}
+	regs := &ddRegs{mem: mem, regs: map[uint32]uint32{e1000e.RAH0: 1 << 31, e1000e.RAL0: 0x12005452, e1000e.EERD: 0, e1000e.EECD: 1 << 9}}
 	nic, err := e1000e.New(e1000e.Config{Regs: regs, Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, 1}, TxRing: 64, RxRing: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -680,4 +680,99 @@ func TestReceiveAlignedAtMaximumFrame(t *testing.T) {
 	if r.model.Inject(append(good, 0)) {
 		t.Error("a frame over RCTL.LPE's 1522 bytes was stored")
 	}
+}
+
+// TestResetWaitsForAutoRead: Init resets as e1000_reset_hw_82571 does
+// (GIO master disabled first, EECD.AUTO_RD waited for, then 25 ms before
+// the PHY and NVM); the model reports any access out of that order. An
+// auto-read that never completes is a bounded error, with no MAC register
+// touched after the reset.
+func TestResetWaitsForAutoRead(t *testing.T) {
+	r := newRig(t, rigOptions{noInit: true, model: e1000etest.Options{AutoReadDelay: 7 * time.Millisecond}})
+	if err := r.nic.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.nic.Stats(); st.Resets != 1 || st.MasterTimeouts != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	r = newRig(t, rigOptions{noInit: true, model: e1000etest.Options{AutoReadNever: true}})
+	if err := r.nic.Init(); !errors.Is(err, e1000e.ErrTimeout) || !strings.Contains(err.Error(), "auto-read") {
+		t.Errorf("auto-read never done: %v", err)
+	}
+}
+
+// TestPHYHangWatchdog: Linux checks the 82574's PHY every 2 s
+// (FLAG2_CHECK_PHY_HANG, e1000_check_phy_82574) and resets the adapter when
+// two checks in a row find it hung. The model's hung PHY passes no frames
+// until a PHY reset. After the reset the frames the hang stranded in the
+// TX ring are completed with ErrReset, the multicast filter is back, and
+// frames flow both ways.
+func TestPHYHangWatchdog(t *testing.T) {
+	r := newRig(t, rigOptions{model: e1000etest.Options{ManualTX: true}})
+	cp := capturing(r)
+	group := [6]byte{0x01, 0x00, 0x5E, 0x00, 0x00, 0xFB}
+	r.nic.AddMulticast(group)
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 0 {
+		t.Fatalf("healthy PHY: %v %+v", err, r.nic.Stats())
+	}
+	frame := make([]byte, 100)
+	copy(frame, macB)
+	for i := 0; i < 3; i++ {
+		if err := r.nic.Transmit([][]byte{frame}, false, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.model.HangPHY()
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 0 || !r.model.PHYHung() {
+		t.Fatalf("one hung reading reset the adapter: %v %+v", err, r.nic.Stats())
+	}
+	if err := r.nic.Watchdog(); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.nic.Stats(); st.PHYHangs != 1 || st.Resets != 2 || r.model.PHYHung() {
+		t.Fatalf("after two hung readings: %+v, PHY hung %v", st, r.model.PHYHung())
+	}
+	done, errs := r.completions()
+	if len(done) != 3 {
+		t.Fatalf("stranded frames completed: %v", done)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, e1000e.ErrReset) {
+			t.Errorf("stranded frame completed with %v", err)
+		}
+	}
+	if r.nic.TxInFlight() != 0 {
+		t.Errorf("%d descriptors in flight after the reset", r.nic.TxInFlight())
+	}
+	if err := r.nic.Transmit([][]byte{frame}, false, 9); err != nil {
+		t.Fatal(err)
+	}
+	r.model.ProcessTX()
+	r.nic.Poll()
+	if f := cp.take(); len(f) != 1 || !bytes.Equal(f[0], frame) {
+		t.Errorf("%d frames on the wire after the reset", len(f))
+	}
+	mc := append([]byte(nil), frame...)
+	copy(mc, group[:])
+	if !r.model.Inject(mc) {
+		t.Fatal("multicast frame for the group filtered after the reset")
+	}
+	if f, err := r.nic.Receive(); err != nil || f == nil || !bytes.Equal(f.Bytes(), mc) {
+		t.Fatalf("receive after the reset: %v %v", f, err)
+	} else {
+		f.Release()
+	}
+	if err := r.nic.Watchdog(); err != nil || r.nic.Stats().PHYHangs != 1 {
+		t.Errorf("healthy again: %v %+v", err, r.nic.Stats())
+	}
+}
+
+// A PCIe link that is gone is what the watchdog reports first.
+func TestWatchdogSeesLinkLoss(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	r.h.DropLink()
+	if err := r.nic.Watchdog(); !errors.Is(err, e1000e.ErrLinkDown) {
+		t.Errorf("watchdog on a dead link: %v", err)
+	}
+	r.h.Take()
 }

@@ -39,6 +39,8 @@ var (
 	ErrConfig    = errors.New("e1000e: bad configuration")
 	ErrPHY       = errors.New("e1000e: PHY access failed")
 	ErrNoBuffers = errors.New("e1000e: no spare RX buffer")
+	ErrReset     = errors.New("e1000e: aborted by an adapter reset")
+	ErrLinkDown  = errors.New("e1000e: PCIe link down")
 )
 
 // Config configures a NIC.
@@ -89,6 +91,11 @@ type Stats struct {
 	}
 	Interrupts, Polls uint64
 	LinkChanges       uint64
+	// Resets counts completed MAC resets; MasterTimeouts the resets
+	// issued although GIO master requests had not drained in 80 ms (as
+	// Linux, which only logs it); PHYHangs the times Watchdog found the
+	// PHY hung twice in a row and reset the adapter.
+	Resets, MasterTimeouts, PHYHangs uint64
 }
 
 // HWStats are the statistics registers, accumulated (they clear on read).
@@ -116,6 +123,14 @@ type NIC struct {
 	rxReady chan struct{}
 	closed  atomic.Bool
 	link    atomic.Bool
+
+	// filtMu guards the receive filters the driver holds to restore
+	// after a Reset: the multicast table and RCTL.UPE/MPE.
+	filtMu    sync.Mutex
+	mta       [128]uint32
+	rctlFlags uint32
+
+	phyHangs atomic.Int32 // consecutive Watchdog checks that found the PHY hung
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -176,34 +191,41 @@ func (n *NIC) wait(d, step time.Duration, cond func() bool) bool {
 // TX rings, checksum offload, interrupts. The link comes up on its own
 // (auto-negotiation); Link reports it.
 func (n *NIC) Init() error {
-	// Mask everything, then reset the MAC (CTRL.RST self-clears; Linux
-	// e1000_reset_hw_82571 waits for it, then for the NVM auto-read).
-	n.r.Write32(IMC, 0xFFFFFFFF)
-	n.r.Write32(RCTL, 0)
-	n.r.Write32(TCTL, tctlPSP)
-	n.r.Write32(CTRL, n.r.Read32(CTRL)|ctrlRST)
-	n.cfg.Delay(time.Millisecond)
-	if !n.wait(20*time.Millisecond, 100*time.Microsecond, func() bool { return n.r.Read32(CTRL)&ctrlRST == 0 }) {
-		return fmt.Errorf("e1000e: reset (CTRL %#x): %w", n.r.Read32(CTRL), ErrTimeout)
+	if err := n.resetHW(); err != nil {
+		return err
 	}
-	n.r.Write32(IMC, 0xFFFFFFFF)
-	_ = n.r.Read32(ICR)
 	if err := n.readMAC(); err != nil {
 		return err
 	}
+	n.configure()
+	return nil
+}
+
+// configure programs a controller fresh from resetHW: Linux's 82574 init
+// bits, the station address, the multicast table and receive filter
+// flags the driver holds, link, statistics cleared, the RX and TX rings
+// (every descriptor the driver's), interrupts. Init and Reset share it.
+func (n *NIC) configure() {
+	n.initBits()
 	n.setRAR(n.mac)
-	for i := 0; i < 128; i++ {
-		n.r.Write32(MTA+4*uint32(i), 0)
+	n.filtMu.Lock()
+	for i := range n.mta {
+		n.r.Write32(MTA+4*uint32(i), n.mta[i])
 	}
+	n.filtMu.Unlock()
 	n.r.Write32(CTRL, n.r.Read32(CTRL)|ctrlSLU|ctrlFD)
 	n.clearHWStats()
 	n.rx.start(n)
+	n.filtMu.Lock()
+	if n.rctlFlags != 0 {
+		n.r.Write32(RCTL, n.r.Read32(RCTL)|n.rctlFlags)
+	}
+	n.filtMu.Unlock()
 	n.tx.start(n)
 	n.link.Store(n.r.Read32(STATUS)&statusLU != 0)
 	if n.cfg.Interrupts {
 		n.r.Write32(IMS, imsWanted)
 	}
-	return nil
 }
 
 // readMAC reads words 0-2 of the NVM through EERD; if the NVM does not
@@ -262,11 +284,14 @@ func (n *NIC) setRAR(m [6]byte) {
 // 47:36 (Linux e1000_hash_mc_addr_generic with a 4096-bit table).
 func mtaHash(m [6]byte) uint32 { return (uint32(m[4])>>4 | uint32(m[5])<<4) & 0xFFF }
 
-// AddMulticast sets the group's bit in the multicast table.
+// AddMulticast sets the group's bit in the multicast table (kept by the
+// driver too, so a Reset puts it back).
 func (n *NIC) AddMulticast(m [6]byte) {
 	h := mtaHash(m)
-	off := MTA + 4*(h>>5)
-	n.r.Write32(off, n.r.Read32(off)|1<<(h&31))
+	n.filtMu.Lock()
+	n.mta[h>>5] |= 1 << (h & 31)
+	n.r.Write32(MTA+4*(h>>5), n.mta[h>>5])
+	n.filtMu.Unlock()
 }
 
 // SetAllMulticast accepts every multicast frame (RCTL.MPE), or only
@@ -277,9 +302,13 @@ func (n *NIC) SetAllMulticast(on bool) { n.rctl(rctlMPE, on) }
 func (n *NIC) SetPromiscuous(on bool) { n.rctl(rctlUPE, on) }
 
 func (n *NIC) rctl(bit uint32, on bool) {
+	n.filtMu.Lock()
+	defer n.filtMu.Unlock()
+	n.rctlFlags &^= bit
 	v := n.r.Read32(RCTL) &^ bit
 	if on {
 		v |= bit
+		n.rctlFlags |= bit
 	}
 	n.r.Write32(RCTL, v)
 }

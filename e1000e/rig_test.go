@@ -51,6 +51,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	mem := dmatest.New(t, dmatest.Options{CachedSize: 8 << 20, CoherentSize: 256 << 10, NoTrace: o.noTrace})
 	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D, Mem: mem})
 	o.model.Mem = mem
+	o.model.Nanotime = h.Nanotime
 	m := e1000etest.New(o.model)
 	h.Attach(0, m.Function())
 	rc, devs, err := h.Up()

@@ -17,9 +17,14 @@ func (b BDF) target() uint32 {
 	return uint32(b.Bus)<<24 | uint32(b.Dev&31)<<19 | uint32(b.Fn&7)<<16
 }
 
-// program writes one outbound viewport, enable last: QEMU latches the
-// region when PL_IATURC2 is written, and Linux programs it in this order.
-func (rc *RC) program(region uint32, typ uint32, cpu, size, target uint64) {
+// program writes one outbound viewport, enable last (Linux programs it in
+// this order), then reads the enable back before anything goes through
+// the region: the DBI write is posted and the windows are reached on
+// another AXI port, so an access right after it could be translated by
+// the region as it was (Linux pcie-designware.c
+// __dw_pcie_prog_outbound_atu: "Make sure ATU enable takes effect before
+// any subsequent config and I/O accesses", up to 5 reads 9 ms apart).
+func (rc *RC) program(region uint32, typ uint32, cpu, size, target uint64) error {
 	rc.dbi.Write32(plIATUVR, region) // outbound (bit 31 clear)
 	rc.dbi.Write32(plIATURLBA, uint32(cpu))
 	rc.dbi.Write32(plIATURUBA, uint32(cpu>>32))
@@ -28,6 +33,17 @@ func (rc *RC) program(region uint32, typ uint32, cpu, size, target uint64) {
 	rc.dbi.Write32(plIATURUTA, uint32(target>>32))
 	rc.dbi.Write32(plIATURC1, typ)
 	rc.dbi.Write32(plIATURC2, atuRegionEnable)
+	for i := 0; ; i++ {
+		if rc.dbi.Read32(plIATURC2)&atuRegionEnable != 0 {
+			return nil
+		}
+		if i == atuEnableTries-1 {
+			rc.stats.ATUTimeouts++
+			return fmt.Errorf("pcie: %s iATU region %d (type %#x, target %#x) not enabled after %d reads: %w",
+				rc.soc.Name, region, typ, target, atuEnableTries, ErrATU)
+		}
+		rc.delay(atuEnableWait)
+	}
 }
 
 // Outbound viewport plan (docs §6.5): 0 configuration, 1 memory.
@@ -39,17 +55,21 @@ const (
 // configTarget points the configuration viewport at b. Type 0 goes to the
 // bus right below the root port (the device on the link), type 1 to buses
 // beyond a bridge.
-func (rc *RC) configTarget(b BDF) {
+func (rc *RC) configTarget(b BDF) error {
 	typ := uint32(atuTypeCfg1)
 	if b.Bus == 1 {
 		typ = atuTypeCfg0
 	}
 	t := b.target()
 	if rc.cfgValid && rc.cfgTgt == t && rc.cfgType == typ {
-		return
+		return nil
 	}
-	rc.program(viewportCfg, typ, rc.soc.ConfigBase, 4096, uint64(t))
+	rc.cfgValid = false
+	if err := rc.program(viewportCfg, typ, rc.soc.ConfigBase, 4096, uint64(t)); err != nil {
+		return err
+	}
 	rc.cfgValid, rc.cfgTgt, rc.cfgType = true, t, typ
+	return nil
 }
 
 // reachable says whether a configuration access to b may be issued at all.
@@ -79,7 +99,10 @@ func (rc *RC) ReadConfig32(b BDF, off int) uint32 {
 	if b.Bus == 0 {
 		v = rc.dbi.Read32(uint32(off))
 	} else {
-		rc.configTarget(b)
+		if rc.configTarget(b) != nil {
+			rc.stats.ConfigAllOnes++
+			return 0xFFFF_FFFF
+		}
 		v = rc.cfg.Read32(uint32(off))
 	}
 	if v == 0xFFFF_FFFF {
@@ -99,7 +122,9 @@ func (rc *RC) WriteConfig32(b BDF, off int, v uint32) error {
 		rc.dbi.Write32(uint32(off), v)
 		return nil
 	}
-	rc.configTarget(b)
+	if err := rc.configTarget(b); err != nil {
+		return fmt.Errorf("pcie: config write %v+%#x: %w", b, off, err)
+	}
 	rc.cfg.Write32(uint32(off), v)
 	return nil
 }

@@ -15,10 +15,26 @@ import (
 // for peer-to-peer traffic.
 
 // EnableMSI programs the MSI receiver at addr with vectors 0-31 enabled
-// and unmasked.
+// and unmasked, and sets MSI Enable in the root port's own MSI capability:
+// on the i.MX6 that bit gates the MSIs of the devices below the port, and
+// Linux sets it on every i.MX variant (pci-imx6.c imx6_pcie_probe,
+// PCI_MSI_FLAGS_ENABLE at the MSI capability the DBI lists); it is read
+// back so the gate is open before any device is told to send. A root port
+// without an MSI capability is an error (ErrNoCap).
 func (rc *RC) EnableMSI(addr dma.Addr) error {
 	if addr == 0 || addr&3 != 0 {
 		return fmt.Errorf("pcie: MSI address %#x: %w", addr, ErrConfig)
+	}
+	off := uint32(rc.findDBICap(CapMSI))
+	if off == 0 {
+		return fmt.Errorf("pcie: %s root port has no MSI capability: %w", rc.soc.Name, ErrNoCap)
+	}
+	// Message Control is the upper half of the capability's first
+	// dword; the lower half (ID, next pointer) is read-only.
+	v := rc.dbi.Read32(off)
+	rc.dbi.Write32(off, v|msiCtlEnable<<16)
+	if rc.dbi.Read32(off)&(msiCtlEnable<<16) == 0 {
+		return fmt.Errorf("pcie: %s root port MSI Enable does not stick: %w", rc.soc.Name, ErrConfig)
 	}
 	rc.msiAddr = uint64(addr)
 	rc.dbi.Write32(plMSIAddrLo, uint32(addr))

@@ -3,6 +3,7 @@ package pcie_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -653,36 +654,52 @@ func TestVanishingDevice(t *testing.T) {
 	}
 }
 
-// The link goes down under a mapped BAR (the card loses power): the next
-// access finds it down before sending anything, so no TLP goes out on a
-// dead link (an external abort on the i.MX6, a violation in the model);
-// reads give all-ones, writes are dropped, configuration reads too, and
-// the loss is counted once.
+// The link goes down under a mapped BAR (the card loses power). BAR
+// accesses look at the link only when the last look is older than the
+// check interval, or after a read returns all-ones (the data path reads
+// no PL DEBUG1 of its own; see TestLinkCheckOffTheDataPath): the first
+// access after the interval finds it down before sending anything, so no
+// TLP goes out on a dead link (an external abort on the i.MX6, a
+// violation in the model); reads give all-ones, writes are dropped,
+// configuration reads too, and the loss is counted once. Within the
+// interval one read reaches the dead link, and its all-ones answer
+// records the loss, so nothing after it does.
 func TestLinkLossIsCaughtBeforeTheBus(t *testing.T) {
 	for _, soc := range []pcie.SoC{pcie.IMX6Q, pcie.IMX7D} {
-		t.Run(soc.Name, func(t *testing.T) {
-			r, _, d, w := mappedE1000E(t, soc)
-			if v := w.Read32(0); v == 0xFFFF_FFFF || !w.LinkUp() || !r.rc.LinkUp() {
-				t.Fatalf("before: read %#x, link %v/%v", v, w.LinkUp(), r.rc.LinkUp())
-			}
-			r.h.DropLink()
-			if v := w.Read32(0); v != 0xFFFF_FFFF {
-				t.Errorf("BAR read with the link down: %#x", v)
-			}
-			w.Write32(0x8, 0)
-			if v := r.rc.ReadConfig32(d.BDF, 0); v != 0xFFFF_FFFF {
-				t.Errorf("config read with the link down: %#x", v)
-			}
-			if w.LinkUp() || r.rc.LinkUp() {
-				t.Error("link still reported up")
-			}
-			if v := r.h.Take(); len(v) != 0 {
-				t.Errorf("accesses reached the dead link: %v", v)
-			}
-			if st := r.rc.Stats(); st.LinkLost != 1 || st.LinkDownAccess != 3 {
-				t.Errorf("stats %+v, want 1 loss and 3 refused accesses", st)
-			}
-		})
+		for _, late := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/after-interval=%v", soc.Name, late), func(t *testing.T) {
+				r, _, d, w := mappedE1000E(t, soc)
+				if v := w.Read32(0); v == 0xFFFF_FFFF || !w.LinkUp() || !r.rc.LinkUp() {
+					t.Fatalf("before: read %#x, link %v/%v", v, w.LinkUp(), r.rc.LinkUp())
+				}
+				r.h.DropLink()
+				refused := 3
+				if late {
+					r.h.Delay(10 * time.Millisecond)
+				} else {
+					refused = 2
+				}
+				if v := w.Read32(0); v != 0xFFFF_FFFF {
+					t.Errorf("BAR read with the link down: %#x", v)
+				}
+				if v := r.h.Take(); late && len(v) != 0 || !late && len(v) != 1 {
+					t.Errorf("accesses that reached the dead link: %v", v)
+				}
+				w.Write32(0x8, 0)
+				if v := r.rc.ReadConfig32(d.BDF, 0); v != 0xFFFF_FFFF {
+					t.Errorf("config read with the link down: %#x", v)
+				}
+				if w.LinkUp() || r.rc.LinkUp() {
+					t.Error("link still reported up")
+				}
+				if v := r.h.Take(); len(v) != 0 {
+					t.Errorf("accesses reached the dead link once it was known down: %v", v)
+				}
+				if st := r.rc.Stats(); st.LinkLost != 1 || st.LinkDownAccess != refused {
+					t.Errorf("stats %+v, want 1 loss and %d refused accesses", st, refused)
+				}
+			})
+		}
 	}
 }
 
@@ -966,6 +983,7 @@ func TestModelReportsDriverMistakes(t *testing.T) {
 		dbi.Write32(0x91C, 0)
 		dbi.Write32(0x904, typ)
 		dbi.Write32(0x908, 1<<31)
+		dbi.Read32(0x908) // takes effect when read back
 	}
 	program(5, 1<<24) // Type 1 to the root port's own secondary bus; nothing there
 	cfg.Read32(0)

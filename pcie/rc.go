@@ -24,6 +24,7 @@ var (
 	ErrBadCap      = errors.New("pcie: malformed capability list")
 	ErrNoCap       = errors.New("pcie: capability not present")
 	ErrRange       = errors.New("pcie: out of range")
+	ErrATU         = errors.New("pcie: iATU region did not take effect")
 )
 
 // LinkError says how far link training got.
@@ -96,6 +97,10 @@ type Config struct {
 	MaxGen int
 	// LinkTimeout bounds each wait for the link (default 900 ms).
 	LinkTimeout time.Duration
+	// LinkCheckInterval is how old the last look at the core's link
+	// state may be before a BAR access through a Window looks again
+	// (default 10 ms; see Window). Configuration accesses look every time.
+	LinkCheckInterval time.Duration
 }
 
 // RC is one DesignWare root complex. It is not safe for concurrent use;
@@ -141,6 +146,10 @@ type RC struct {
 	lost       atomic.Bool
 	linkLost   atomic.Int64
 	downAccess atomic.Int64
+	retraining atomic.Int64
+	checks     atomic.Int64
+	lastCheck  atomic.Int64 // rc.now() of the last check that found the link up
+	checkEvery time.Duration
 }
 
 // Stats counts what went wrong without failing an operation.
@@ -149,10 +158,18 @@ type Stats struct {
 	WindowOutRange int // accesses through a Window beyond its size
 	BadBARs        int // BARs refused during enumeration
 	BadCaps        int // malformed capability lists
+	ATUTimeouts    int // iATU regions whose enable never read back (ErrATU)
 	// LinkLost counts the times an access found the link down after
 	// Start had brought it up; LinkDownAccess the accesses (BAR through a
 	// Window, configuration) refused since, which read all-ones.
 	LinkLost, LinkDownAccess int
+	// LinkChecks counts the reads of the core's link state (PL DEBUG1)
+	// made to guard accesses.
+	LinkChecks int
+	// Retraining counts the link checks that found the link still in
+	// Recovery after waiting recoveryWait: that access was refused (read
+	// all-ones), nothing was latched.
+	Retraining int
 }
 
 // New checks cfg and returns a root complex; nothing is touched yet.
@@ -189,6 +206,13 @@ func New(cfg Config) (*RC, error) {
 	if rc.timeout == 0 {
 		rc.timeout = defaultLinkTO
 	}
+	rc.checkEvery = cfg.LinkCheckInterval
+	if rc.checkEvery == 0 {
+		rc.checkEvery = defaultLinkCheck
+	}
+	if rc.checkEvery < 0 {
+		return nil, fmt.Errorf("%w: LinkCheckInterval %v", ErrConfig, cfg.LinkCheckInterval)
+	}
 	switch cfg.PHYRefClock {
 	case 0, 100_000_000, 125_000_000, 200_000_000:
 	default:
@@ -204,6 +228,7 @@ func (rc *RC) SoC() SoC { return rc.soc }
 func (rc *RC) Stats() Stats {
 	st := rc.stats
 	st.LinkLost, st.LinkDownAccess = int(rc.linkLost.Load()), int(rc.downAccess.Load())
+	st.Retraining, st.LinkChecks = int(rc.retraining.Load()), int(rc.checks.Load())
 	return st
 }
 
@@ -211,16 +236,16 @@ func (rc *RC) Stats() Stats {
 // found it down since.
 func (rc *RC) LinkUp() bool { return rc.linkUp && !rc.lost.Load() }
 
-// linkAlive reports whether an access may go out on the link: Start
-// brought it up, and the core reports it up now (PL DEBUG1, the register
-// the link-up wait polls, in the core's own DBI space, reachable whatever
-// the link does). A link found down is recorded once (LinkLost) and stays
-// lost until Start; every access refused meanwhile is counted. On the
-// i.MX6 a TLP sent with the link down ends in an external abort, which
-// Linux fixes up in imx6q_pcie_abort_handler (a read made to return all
-// ones) and which TamaGo's exception vectors cannot return from; checking
-// before each access narrows that to a link lost in the instant between
-// the check and the access.
+// linkAlive reports whether a configuration access may go out on the
+// link: Start brought it up, and the core reports it up now (PL DEBUG1,
+// in the core's own DBI space, reachable whatever the link does). A link
+// found down is recorded once (LinkLost) and stays lost until Start;
+// every access refused meanwhile is counted. On the i.MX6 a TLP sent with
+// the link down ends in an external abort, which Linux fixes up in
+// imx6q_pcie_abort_handler (a read made to return all ones) and which
+// TamaGo's exception vectors cannot return from. Configuration accesses
+// are rare and check every time; BAR accesses through a Window, the data
+// path, check as pathOpen says.
 func (rc *RC) linkAlive() bool {
 	if rc.linkNow() {
 		return true
@@ -229,12 +254,55 @@ func (rc *RC) linkAlive() bool {
 	return false
 }
 
-// linkNow is linkAlive without counting an access.
+// pathOpen is the link check of a BAR access through a Window, kept off
+// the data path: no register is read unless the last check is older than
+// the check interval (Config.LinkCheckInterval), so a driver's register
+// accesses cost one PL DEBUG1 read per interval instead of one each. A
+// link lost since the last check is found by the next check, by a read
+// that returns all-ones (Window.Read32 checks then) or by the driver's
+// own Window.LinkUp on an error; an access in between reaches the dead
+// link (an abort on the i.MX6): that is the price of not reading PL
+// DEBUG1 before every access, and the interval bounds it.
+func (rc *RC) pathOpen() bool {
+	if !rc.linkUp || rc.lost.Load() {
+		rc.downAccess.Add(1)
+		return false
+	}
+	if now := rc.now(); now-rc.lastCheck.Load() < int64(rc.checkEvery) {
+		return true
+	}
+	return rc.linkAlive()
+}
+
+// linkNow is linkAlive without counting an access. PL DEBUG1 tells three
+// states apart (Linux pci-imx6.c imx6_pcie_link_up, v3.x-v4.x): link down
+// (LINK_UP clear: the LTSSM left the link-up states, the endpoint went
+// through a reset, PCI Express Base 3.0 2.9.1), recorded as lost until
+// Start; up and in training, which is Recovery (a replay timeout,
+// receiver errors, an L0s/L1 exit, PCI Express Base 3.0 4.2.6.4) and
+// passes, so it is waited out for at most recoveryWait and never latched:
+// a Recovery still running then refuses this one access (counted in
+// Stats.Retraining), as dw_pcie_valid_device refuses an access on a link
+// it finds down, and the next access looks again; and up.
 func (rc *RC) linkNow() bool {
 	if !rc.linkUp || rc.lost.Load() {
 		return false
 	}
-	if rc.linkUpNow() {
+	rc.checks.Add(1)
+	v := rc.dbi.Read32(plDebug1)
+	if v&debug1LinkUp != 0 && v&debug1InTraining != 0 {
+		deadline := rc.now() + int64(recoveryWait)
+		for v&debug1LinkUp != 0 && v&debug1InTraining != 0 && rc.now() < deadline {
+			rc.delay(recoveryPoll)
+			v = rc.dbi.Read32(plDebug1)
+		}
+		if v&debug1LinkUp != 0 && v&debug1InTraining != 0 {
+			rc.retraining.Add(1)
+			return false
+		}
+	}
+	if v&debug1LinkUp != 0 {
+		rc.lastCheck.Store(rc.now())
 		return true
 	}
 	if !rc.lost.Swap(true) {
@@ -445,6 +513,7 @@ func (rc *RC) train() error {
 		}
 	}
 	rc.linkUp = true
+	rc.lastCheck.Store(rc.now())
 	rc.speed, rc.width = 1, 1
 	if rc.expCap != 0 {
 		sta := rc.dbi.Read32(uint32(rc.expCap+expLnkSta)&^3) >> 16

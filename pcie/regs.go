@@ -107,6 +107,8 @@ const (
 	CapMSI  = 0x05
 	CapPCIe = 0x10
 	CapMSIX = 0x11
+
+	msiCtlEnable = 1 << 0 // MSI Message Control: MSI Enable
 )
 
 // PCI Express capability fields (offsets from the capability).

@@ -174,5 +174,18 @@ const (
 	perstRelease  = 100 * time.Millisecond // PCIe r5.0 6.6.1: 100 ms before the first access
 	speedWait     = 200 * time.Millisecond // 200 polls in Linux
 	defaultLinkTO = 900 * time.Millisecond // Linux: 10 retries of 90 ms
-	pollInterval  = time.Millisecond
+	// defaultLinkCheck: a BAR access looks at PL DEBUG1 when the last look
+	// is older than this (see RC.pathOpen).
+	defaultLinkCheck = 10 * time.Millisecond
+	pollInterval     = time.Millisecond
+	// recoveryWait bounds the wait for a link in Recovery to return to
+	// L0: Recovery.RcvrLock and Recovery.RcvrCfg give up after 24 ms and
+	// 48 ms (PCI Express Base 3.0, 4.2.6.4.1/4.2.6.4.3); 50 ms covers a
+	// Recovery that ends either way. Linux v3.x waited 5 x 1-2 ms.
+	recoveryWait = 50 * time.Millisecond
+	recoveryPoll = 100 * time.Microsecond
+	// atuEnableTries reads of PL_IATURC2, atuEnableWait apart, wait for
+	// a region's enable (Linux LINK_WAIT_MAX_IATU_RETRIES, LINK_WAIT_IATU).
+	atuEnableTries = 5
+	atuEnableWait  = 9 * time.Millisecond
 )

@@ -12,8 +12,13 @@ const atuGranule = 64 << 10
 // Window is a CPU view of part of a BAR through the memory viewport. It
 // is an mmio.Regs: offsets are from the start of the mapped range. An
 // access beyond the mapped size touches nothing, reads all-ones and is
-// counted in Stats.WindowOutRange; so does one made with the link down
-// (Stats.LinkDownAccess), checked before each access.
+// counted in Stats.WindowOutRange; so does one made with the link known
+// down (Stats.LinkDownAccess). The link state (PL DEBUG1) is not read
+// before every access, which would double the cost of every register
+// access a NIC driver makes: it is read when the last look is older than
+// Config.LinkCheckInterval, when a read returns all-ones (what a read
+// from a device that is gone returns), and on LinkUp, which drivers call
+// on their error paths. A link in Recovery is waited out (see LinkUp).
 type Window struct {
 	rc   *RC
 	cpu  uint32 // offset into the CPU memory window
@@ -61,7 +66,10 @@ func (rc *RC) mapBus(a, n uint64) (*Window, error) {
 		if a+n > t+rc.soc.MemSize {
 			return nil, fmt.Errorf("pcie: map %#x len %#x: does not fit one window: %w", a, n, ErrNoSpace)
 		}
-		rc.program(viewportMem, atuTypeMem, rc.soc.MemBase, rc.soc.MemSize, t)
+		rc.memTarget = 0
+		if err := rc.program(viewportMem, atuTypeMem, rc.soc.MemBase, rc.soc.MemSize, t); err != nil {
+			return nil, fmt.Errorf("pcie: map %#x len %#x: %w", a, n, err)
+		}
 		rc.memTarget = t
 	}
 	rc.memUsers++
@@ -91,23 +99,33 @@ func (w *Window) ok(off uint32) bool {
 	return true
 }
 
-// Read32 reads the register at off. With the link down (lost since
+// Read32 reads the register at off. With the link known down (lost since
 // Start, see LinkUp) nothing goes out and it reads all-ones, as a read
-// from a missing device does.
+// from a missing device does. A read that returns all-ones looks at the
+// link, so a lost link is recorded at once and later accesses stay off
+// the bus.
 func (w *Window) Read32(off uint32) uint32 {
-	if !w.ok(off) || !w.rc.linkAlive() {
+	if !w.ok(off) || !w.rc.pathOpen() {
 		return 0xFFFF_FFFF
 	}
-	return w.rc.mem.Read32(w.cpu + off)
+	v := w.rc.mem.Read32(w.cpu + off)
+	if v == 0xFFFF_FFFF {
+		w.rc.linkNow()
+	}
+	return v
 }
 
-// Write32 writes the register at off; with the link down it is dropped.
+// Write32 writes the register at off; with the link known down it is
+// dropped.
 func (w *Window) Write32(off, v uint32) {
-	if w.ok(off) && w.rc.linkAlive() {
+	if w.ok(off) && w.rc.pathOpen() {
 		w.rc.mem.Write32(w.cpu+off, v)
 	}
 }
 
 // LinkUp reports whether the link the window is reached through is up
-// now (RC.LinkUp after a check of the core's link state).
+// now: it reads the core's link state (PL DEBUG1) whatever the interval,
+// waiting out a link in Recovery for at most 50 ms. Drivers call it on
+// an error (a timeout, a register reading all-ones) to tell a dead link
+// from a device fault.
 func (w *Window) LinkUp() bool { return w.rc.linkNow() }

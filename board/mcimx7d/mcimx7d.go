@@ -17,13 +17,15 @@
 // presents it (no CCM clock roots, GPR1 clock direction, pad muxing or
 // RGMII PHY set-up: on silicon a boot loader must have done those), and
 // the PCIe PHY, SRC and GPR are unimplemented or stubbed in QEMU, so the
-// glue's reset and PLL sequence has run only against the host model.
+// glue's reset and PLL sequence, and the board's PCIe clocks, power domain
+// and 74HC595 slot reset (pcieglue.go), have run only against host models.
 package mcimx7d
 
 import (
 	// cpuinit, zeroing .bss and .noptrbss, in the linkcpuinit build.
 	_ "github.com/tamanic/tamanic/internal/boot"
 
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -228,7 +230,29 @@ func E1000E(rc *pcie.RC, d *pcie.Device, msi bool, cfg e1000e.Config) (*e1000e.N
 	}
 	pcieIRQ.Store(h)
 	GIC.EnableInterrupt(id, true)
+	go e1000eWatchdog(n)
 	return n, func() (int64, int64) { return h.n.Load(), h.ns.Load() }, nil
+}
+
+// e1000eWatchdog runs the 82574L's periodic check (e1000e.NIC.Watchdog:
+// the PCIe link, then Linux's PHY-hang check, which resets the adapter)
+// every e1000e.WatchdogInterval until the NIC is closed. A failing check
+// is printed when its error changes, not every 2 s.
+func e1000eWatchdog(n *e1000e.NIC) {
+	var last string
+	for {
+		time.Sleep(e1000e.WatchdogInterval)
+		err := n.Watchdog()
+		if errors.Is(err, e1000e.ErrClosed) {
+			return
+		}
+		if msg := fmt.Sprint(err); err != nil && msg != last {
+			fmt.Printf("mcimx7d: e1000e watchdog: %v\n", err)
+			last = msg
+		} else if err == nil {
+			last = ""
+		}
+	}
 }
 
 // delay waits d on the generic timer. The PCIe bring-up runs before the
@@ -248,14 +272,18 @@ type (
 )
 
 // PCIe starts the root complex, enumerates the bus and returns the report
-// (it never fails the boot: a link that does not train or a bad device is
-// reported, not fatal).
+// (it never fails the boot: a link that does not train, clocks or power
+// that do not come up, or a bad device are reported, not fatal). The
+// PCIe clocks, the PHY's power domain and the slot's PERST# are the
+// board's (pcieGlue): U-Boot does not bring up the i.MX7 PCIe.
 func PCIe() (*pcie.RC, PCIeReport) {
 	s := pcie.IMX7D
+	g := pcieGlue{anatop: mmio.Block{Base: AnatopBase}, ccm: mmio.Block{Base: CCMBase},
+		gpc: mmio.Block{Base: GPCBase}, gpio1: mmio.Block{Base: GPIO1Base}, now: Nanotime, delay: delay}
 	rc, err := pcie.New(pcie.Config{SoC: s,
 		DBI: mmio.Block{Base: uintptr(s.DBIBase)}, GPR: mmio.Block{Base: GPRBase},
 		SRC: mmio.Block{Base: SRCBase}, PHY: mmio.Block{Base: PCIePHYBase},
 		Cfg: mmio.Block{Base: uintptr(s.ConfigBase)}, Mem: mmio.Block{Base: uintptr(s.MemBase)},
-		Nanotime: Nanotime, Delay: delay})
+		Nanotime: Nanotime, Delay: delay, Clocks: g.clocks, PERST: g.perst})
 	return pcireport.Run(rc, err, true)
 }

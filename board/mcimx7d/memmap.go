@@ -18,6 +18,9 @@ const (
 
 	UART1Base      = 0x30860000
 	CCMBase        = 0x30380000
+	AnatopBase     = 0x30360000 // CCM_ANALOG and PMU (imx7s.dtsi anatop)
+	GPCBase        = 0x303A0000 // imx7s.dtsi gpc
+	GPIO1Base      = 0x30200000 // imx7s.dtsi gpio1
 	SysCntCtrlBase = 0x306C0000
 	ENET1Base      = 0x30BE0000
 	GICBase        = 0x31000000 // Cortex-A7 MPCore private region

@@ -3,7 +3,10 @@
 // pluggable PCI function (8086:10d3, class 020000, BAR0 of 128 KiB, MSI,
 // INTA) whose DMA goes through the dma/dmatest model.
 //
-// What it models: CTRL.RST, STATUS (LU, FD, 1000 Mb/s), the NVM through
+// What it models: CTRL.RST with the reset rules of e1000_reset_hw_82571
+// (GIO master disable before it, EECD.AUTO_RD after it, then 25 ms before
+// the PHY and NVM; see Options), STATUS (LU, FD, 1000 Mb/s, GIO master
+// enable), the NVM through
 // EERD (MAC in words 0-2, loaded into RAL0/RAH0 at reset), MDIC with a
 // PHY at address 1 (other addresses set MDIC.E, as QEMU does), ICR (clear
 // on read), ICS, IMS, IMC with INTx as a level and MSI on every new
@@ -44,6 +47,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/tamanic/tamanic/dma"
@@ -80,6 +84,8 @@ import (
 const (
 	rCTRL   = 0x0000
 	rSTATUS = 0x0008
+	rEECD   = 0x0010
+	rEXTCNF = 0x0F00 // EXTCNF_CTRL: MDIO software ownership
 	rEERD   = 0x0014
 	rMDIC   = 0x0020
 	rICR    = 0x00C0
@@ -146,7 +152,42 @@ type Options struct {
 	ResetPolls int
 	// ResetStuck: CTRL.RST never clears.
 	ResetStuck bool
+
+	// Nanotime is the clock the reset rules below run on (pass the
+	// pcietest Host's). Without it the NVM auto-read completes at once.
+	Nanotime func() int64
+	// AutoReadDelay is how long after a reset the NVM auto-read takes
+	// before EECD.AUTO_RD sets (default 2 ms); AutoReadNever keeps it
+	// clear.
+	AutoReadDelay time.Duration
+	AutoReadNever bool
 }
+
+// Reset rules, from Linux e1000e 82571.c e1000_reset_hw_82571 for the
+// 82573/82574/82583 and the 82574 datasheet (CTRL.GIO Master Disable,
+// STATUS.GIO Master Enable, EECD.Auto_RD):
+//   - a reset (CTRL.RST) is issued only with GIO master requests
+//     disabled: CTRL.GIO_MASTER_DISABLE (bit 2) set, which clears
+//     STATUS.GIO_MASTER_ENABLE (bit 19) once no request is pending
+//     (e1000e_disable_pcie_master: "Prevent the PCI-E bus from sticking if
+//     there is no TLP connection on the last TLP read/write transaction
+//     when MAC is reset"); the reset clears the disable again;
+//   - after the reset, until the NVM auto-read is done (EECD.AUTO_RD,
+//     bit 9, e1000e_get_auto_rd_done), only CTRL, STATUS and EECD may be
+//     read ("We don't want to continue accessing MAC registers"), and
+//     EXTCNF_CTRL, whose MDIO ownership Linux releases right after the
+//     reset (e1000_put_hw_semaphore_82574);
+//   - "Phy configuration from NVM just starts after EECD_AUTO_RD is set":
+//     for 25 ms after AUTO_RD (msleep(25) for the 82573/82574/82583) the
+//     PHY (MDIC) and the NVM (EERD) are not to be used.
+const (
+	ctrlGIOMasterDisable   = 1 << 2
+	statusGIOMasterEnable  = 1 << 19
+	eecdPres               = 1 << 8
+	eecdAutoRD             = 1 << 9
+	defaultAutoReadDelay   = 2 * time.Millisecond
+	phyConfigAfterAutoRead = 25 * time.Millisecond
+)
 
 // MaxTxFrags is the most data descriptors QEMU's e1000e gathers one TX
 // packet from (E1000E_MAX_TX_FRAGS in hw/net/e1000e_core.c, QEMU 7.2).
@@ -160,6 +201,7 @@ type Stats struct {
 	TxMaxDataDescs                 int
 	RxFrames, RxFiltered, RxNoDesc int
 	RxTooLong, RxRunt, RxDisabled  int
+	RxPHYHung                      int // frames lost to a hung PHY (HangPHY)
 	MSIs                           int
 }
 
@@ -174,10 +216,15 @@ type Model struct {
 	nvm      [64]uint16
 	phy      [32]uint16
 	resetCnt int
-	viol     []string
-	st       Stats
-	irq      chan struct{}
-	out      func([]byte)
+	// resetAt is the time of the last CTRL.RST; resetting is set from
+	// then until the PHY configuration after the auto-read is done.
+	resetAt   int64
+	resetting bool
+	phyHung   bool
+	viol      []string
+	st        Stats
+	irq       chan struct{}
+	out       func([]byte)
 
 	// TX state across descriptors.
 	ctx     txCtx
@@ -278,7 +325,7 @@ func (m *Model) reset() {
 }
 
 func (m *Model) updateStatus() {
-	s := uint32(1<<0 | 2<<6 | 1<<19) // FD, 1000 Mb/s, GIO master enable
+	s := uint32(1<<0 | 2<<6) // FD, 1000 Mb/s; GIO master enable is computed on read
 	m.phy[1] &^= 1 << 2
 	if !m.opts.LinkDown {
 		s |= 1 << 1
@@ -295,7 +342,22 @@ func (m *Model) Read32(off uint32) uint32 {
 		m.violate("BAR0 read at %#x", off)
 		return 0xFFFFFFFF
 	}
+	if off != rCTRL && off != rSTATUS && off != rEECD && off != rEXTCNF {
+		m.checkAccess("read", off)
+	}
 	switch {
+	case off == rSTATUS:
+		v := m.reg[rSTATUS]
+		if m.reg[rCTRL]&ctrlGIOMasterDisable == 0 {
+			v |= statusGIOMasterEnable
+		}
+		return v
+	case off == rEECD:
+		v := m.reg[rEECD] | eecdPres
+		if m.autoReadDone() {
+			v |= eecdAutoRD
+		}
+		return v
 	case off == rCTRL:
 		if m.reg[rCTRL]&(1<<26) != 0 && !m.opts.ResetStuck {
 			if m.resetCnt <= 0 {
@@ -335,17 +397,28 @@ func (m *Model) Write32(off, v uint32) {
 		m.mu.Unlock()
 		return
 	}
+	if off != rEXTCNF {
+		m.checkAccess("write", off)
+	}
 	switch off {
 	case rCTRL:
 		if v&(1<<26) != 0 {
+			if m.reg[rCTRL]&ctrlGIOMasterDisable == 0 {
+				m.violate("CTRL.RST with GIO master requests enabled (CTRL.GIO_MASTER_DISABLE clear): a TLP pending at the reset may stick the PCIe bus (Linux e1000_reset_hw_82571 calls e1000e_disable_pcie_master first)")
+			}
 			m.reset()
 			m.resetCnt = m.opts.ResetPolls
-			m.reg[rCTRL] = v
+			m.resetting, m.resetAt = true, m.now()
+			m.reg[rCTRL] = v &^ ctrlGIOMasterDisable
 			if m.opts.ResetPolls == 0 && !m.opts.ResetStuck {
 				m.reg[rCTRL] &^= 1 << 26
 			}
 			m.fn.SetINTx(false)
 			break
+		}
+		if v&(1<<31) != 0 { // CTRL.PHY_RST
+			m.phyReset()
+			v &^= 1 << 31
 		}
 		m.reg[rCTRL] = v
 	case rSTATUS: // read-only
@@ -423,6 +496,7 @@ func (m *Model) Write32(off, v uint32) {
 		m.reg[rTCTL] = v
 		if v&2 != 0 {
 			m.checkRing("TX", rTDBAL, rTDLEN)
+			m.checkInitBits()
 		}
 	default:
 		if off >= 0x4000 && off < 0x4100 {
@@ -438,6 +512,135 @@ func (m *Model) Write32(off, v uint32) {
 			out(f)
 		}
 	}
+}
+
+func (m *Model) now() int64 {
+	if m.opts.Nanotime == nil {
+		return 0
+	}
+	return m.opts.Nanotime()
+}
+
+// autoReadDone reports EECD.AUTO_RD: the NVM auto-read after the last
+// reset is done.
+func (m *Model) autoReadDone() bool {
+	if !m.resetting || m.opts.Nanotime == nil && !m.opts.AutoReadNever {
+		return true
+	}
+	if m.opts.AutoReadNever {
+		return false
+	}
+	d := m.opts.AutoReadDelay
+	if d == 0 {
+		d = defaultAutoReadDelay
+	}
+	return m.now() >= m.resetAt+int64(d)
+}
+
+// checkAccess applies the reset rules (see Options) to an access of off
+// other than a read of CTRL, STATUS or EECD.
+func (m *Model) checkAccess(what string, off uint32) {
+	if !m.resetting {
+		return
+	}
+	if !m.autoReadDone() {
+		m.violate("BAR0 %s at %#x after a reset before EECD.AUTO_RD (NVM auto-read not done; Linux e1000_reset_hw_82571 waits in e1000e_get_auto_rd_done)", what, off)
+		return
+	}
+	if m.opts.Nanotime == nil {
+		m.resetting = false
+		return
+	}
+	d := m.opts.AutoReadDelay
+	if d == 0 {
+		d = defaultAutoReadDelay
+	}
+	if m.now() >= m.resetAt+int64(d+phyConfigAfterAutoRead) {
+		m.resetting = false
+		return
+	}
+	if off == rMDIC || off == rEERD {
+		m.violate("BAR0 %s at %#x (PHY/NVM) within 25 ms of EECD.AUTO_RD: the PHY configuration from the NVM is still running (Linux e1000_reset_hw_82571: msleep(25) for the 82573/82574/82583)", what, off)
+	}
+}
+
+// The 82574 bits Linux sets before the transmitter runs
+// (82571.c e1000_initialize_hw_bits_82571, from e1000_init_hw_82571, for
+// the 82574 and 82583): TXDCTL(0) and TXDCTL(1) bit 22, TARC(0) bits 30:27
+// clear and bit 26 set, CTRL bit 29 clear, CTRL_EXT bit 23 clear and bit
+// 22 set, GCR bit 22 set, and GCR2 bit 0 set ("workaround for hardware
+// errata ... unreliable PCIe completions ... particularly with ASPM
+// enabled. Without fix, issue can cause Tx timeouts"). The model cannot
+// show what each does in the silicon; it reports a transmitter enabled
+// without them. Offsets: Linux regs.h TXDCTL(n) 0x3828 + 0x100n, TARC(n)
+// 0x3840 + 0x100n, CTRL_EXT 0x18, GCR 0x5B00, GCR2 0x5B64.
+const (
+	rCTRLEXT = 0x0018
+	rTXDCTL0 = 0x3828
+	rTXDCTL1 = 0x3928
+	rTARC0   = 0x3840
+	rGCR     = 0x5B00
+	rGCR2    = 0x5B64
+	initBits = "e1000_initialize_hw_bits_82571"
+	bit22    = 1 << 22
+)
+
+func (m *Model) checkInitBits() {
+	type rule struct {
+		reg        uint32
+		name       string
+		set, clear uint32
+	}
+	for _, r := range []rule{
+		{rTXDCTL0, "TXDCTL(0)", bit22, 0},
+		{rTXDCTL1, "TXDCTL(1)", bit22, 0},
+		{rTARC0, "TARC(0)", 1 << 26, 0xF << 27},
+		{rCTRL, "CTRL", 0, 1 << 29},
+		{rCTRLEXT, "CTRL_EXT", bit22, 1 << 23},
+		{rGCR, "GCR", bit22, 0},
+		{rGCR2, "GCR2", 1, 0},
+	} {
+		v := m.reg[r.reg]
+		if v&r.set != r.set || v&r.clear != 0 {
+			m.violate("transmitter enabled with %s = %#x: want bits %#x set and %#x clear (Linux %s for the 82574)", r.name, v, r.set, r.clear, initBits)
+		}
+	}
+}
+
+// PHY registers of the PHY-hang check (Linux e1000e phy.h
+// E1000_BASE1000T_STATUS 10, idle error count in bits 7:0, and
+// E1000_RECEIVE_ERROR_COUNTER 21, saturating at E1000_RECEIVE_ERROR_MAX
+// 0xFFFF; 82571.c e1000_check_phy_82574: both at their maximum means the
+// PHY is hung).
+const (
+	phyStatus1000T = 10
+	phyRxErrCount  = 21
+)
+
+// HangPHY makes the PHY hang as e1000_check_phy_82574 detects it: its
+// receive error counter and idle error count stay saturated and it
+// passes no frames (received frames are dropped and counted in
+// Stats.RxPHYHung) until it is reset (BMCR.Reset through MDIC, or
+// CTRL.PHY_RST).
+func (m *Model) HangPHY() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.phyHung = true
+	m.phy[phyRxErrCount] = 0xFFFF
+	m.phy[phyStatus1000T] |= 0xFF
+}
+
+// PHYHung reports whether the PHY is still hung.
+func (m *Model) PHYHung() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.phyHung
+}
+
+func (m *Model) phyReset() {
+	m.phyHung = false
+	m.phy[phyRxErrCount] = 0
+	m.phy[phyStatus1000T] &^= 0xFF
 }
 
 // handOK reports whether moving a tail from old to v hands over only
@@ -474,8 +677,13 @@ func (m *Model) mdic(v uint32) {
 		r |= 1 << 30
 	case op == 2:
 		r = r&^0xFFFF | uint32(m.phy[reg])
+	case op == 1 && reg == 0 && v&(1<<15) != 0:
+		// BMCR.Reset (IEEE 802.3 22.2.4.1.1), self-clearing: the PHY
+		// returns to its defaults, which ends a hang.
+		m.phy[0] = uint16(v) &^ (1 << 15)
+		m.phyReset()
 	case op == 1:
-		if reg != 1 && reg != 2 && reg != 3 {
+		if reg != 1 && reg != 2 && reg != 3 && reg != phyStatus1000T && reg != phyRxErrCount {
 			m.phy[reg] = uint16(v)
 		}
 	default:

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/dma/dmatest"
@@ -18,6 +19,7 @@ import (
 // and descriptor writes (no driver), to show each violation is reported.
 type bench struct {
 	t    *testing.T
+	h    *pcietest.Host
 	m    *e1000etest.Model
 	mem  *dmatest.Memory
 	r    mmio.Regs
@@ -30,6 +32,7 @@ func newBench(t *testing.T, o e1000etest.Options) *bench {
 	mem := dmatest.New(t, dmatest.Options{CachedSize: 1 << 20, CoherentSize: 64 << 10})
 	h := pcietest.New(pcietest.Options{SoC: pcie.IMX7D, Mem: mem})
 	o.Mem = mem
+	o.Nanotime = h.Nanotime
 	m := e1000etest.New(o)
 	h.Attach(0, m.Function())
 	rc, devs, err := h.Up()
@@ -42,7 +45,7 @@ func newBench(t *testing.T, o e1000etest.Options) *bench {
 	}
 	ring, _ := mem.Alloc(8*16, 128, dma.Coherent)
 	buf, _ := mem.Alloc(4096, 64, dma.Cached)
-	return &bench{t: t, m: m, mem: mem, r: w, d: devs[0], ring: ring, buf: buf}
+	return &bench{t: t, h: h, m: m, mem: mem, r: w, d: devs[0], ring: ring, buf: buf}
 }
 
 func (b *bench) desc(i int, w0, w1, w2, w3 uint32) {
@@ -53,7 +56,18 @@ func (b *bench) desc(i int, w0, w1, w2, w3 uint32) {
 	binary.LittleEndian.PutUint32(d[12:], w3)
 }
 
+// initBits writes the 82574 bits of Linux e1000_initialize_hw_bits_82571.
+func (b *bench) initBits() {
+	b.r.Write32(0x3828, 1<<22)
+	b.r.Write32(0x3928, 1<<22)
+	b.r.Write32(0x3840, 1<<26)
+	b.r.Write32(0x0018, 1<<22)
+	b.r.Write32(0x5B00, 1<<22)
+	b.r.Write32(0x5B64, 1)
+}
+
 func (b *bench) startTX() {
+	b.initBits()
 	b.r.Write32(0x3800, uint32(b.ring.Addr()))
 	b.r.Write32(0x3804, 0)
 	b.r.Write32(0x3808, 8*16)
@@ -256,4 +270,81 @@ func TestRXBufferSizeFromRCTL(t *testing.T) {
 		t.Fatalf("300-byte frame into a 256-byte buffer: stored %v, byte 256 %#x", ok, buf[256])
 	}
 	b.expect("256-byte buffer")
+}
+
+// The reset rules of e1000_reset_hw_82571 (see Options): CTRL.RST only
+// with GIO master requests disabled, nothing but CTRL/STATUS/EECD until
+// EECD.AUTO_RD, no PHY or NVM access for 25 ms after it.
+func TestModelResetRules(t *testing.T) {
+	b := newBench(t, e1000etest.Options{AutoReadDelay: 3 * time.Millisecond})
+	if s := b.r.Read32(0x8); s&(1<<19) == 0 {
+		t.Fatalf("STATUS %#x: GIO master enable clear before any disable", s)
+	}
+	b.r.Write32(0, 1<<26)
+	b.expect("GIO master requests enabled")
+	if e := b.r.Read32(0x10); e&(1<<9) != 0 {
+		t.Errorf("EECD %#x: AUTO_RD set right after the reset", e)
+	}
+	b.r.Read32(0xC0)
+	b.expect("before EECD.AUTO_RD")
+	b.h.Delay(3 * time.Millisecond)
+	if e := b.r.Read32(0x10); e&(1<<9) == 0 {
+		t.Errorf("EECD %#x: AUTO_RD clear after the auto-read", e)
+	}
+	b.r.Write32(0x20, 1<<21|1<<16|2<<26)
+	b.expect("within 25 ms")
+	b.h.Delay(25 * time.Millisecond)
+	b.r.Write32(0x20, 1<<21|1<<16|2<<26)
+	b.expect()
+	// Done as Linux does it: no violation, and the reset re-enables
+	// GIO mastering.
+	b.r.Write32(0, 1<<2)
+	if s := b.r.Read32(0x8); s&(1<<19) != 0 {
+		t.Errorf("STATUS %#x: GIO master enable still set after the disable", s)
+	}
+	b.r.Write32(0, 1<<26|1<<2)
+	b.expect()
+	b.h.Delay(30 * time.Millisecond)
+	if s := b.r.Read32(0x8); s&(1<<19) == 0 {
+		t.Errorf("STATUS %#x: GIO mastering not back after the reset", s)
+	}
+	b.expect()
+}
+
+// A transmitter enabled without Linux's 82574 init bits is reported, one
+// violation per register.
+func TestModelInitBits(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	b.r.Write32(0x3800, uint32(b.ring.Addr()))
+	b.r.Write32(0x3808, 8*16)
+	b.r.Write32(0x0000, 1<<29)
+	b.r.Write32(0x0400, 2|8)
+	b.expect("TXDCTL(0)", "TXDCTL(1)", "TARC(0)", "CTRL =", "CTRL_EXT", "GCR =", "GCR2")
+	b.r.Write32(0x0000, 0)
+	b.startTX()
+	b.expect()
+}
+
+// A hung PHY reads its receive error counter and idle error count
+// saturated and passes no frames until a PHY reset.
+func TestModelPHYHang(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	b.h.Delay(time.Second)
+	mdic := func(reg, op, v uint32) uint32 {
+		b.r.Write32(0x20, v|reg<<16|1<<21|op<<26)
+		return b.r.Read32(0x20) & 0xFFFF
+	}
+	b.m.HangPHY()
+	if rx, st := mdic(21, 2, 0), mdic(10, 2, 0); rx != 0xFFFF || st&0xFF != 0xFF {
+		t.Fatalf("hung PHY: receive errors %#x, 1000BASE-T status %#x", rx, st)
+	}
+	b.startRX()
+	if b.m.Inject(make([]byte, 64)) || b.m.Stats().RxPHYHung != 1 {
+		t.Errorf("a hung PHY passed a frame: %+v", b.m.Stats())
+	}
+	mdic(0, 1, 1<<15|0x1140)
+	if b.m.PHYHung() || mdic(21, 2, 0) != 0 || mdic(0, 2, 0)&(1<<15) != 0 {
+		t.Error("BMCR.Reset did not end the hang or did not self-clear")
+	}
+	b.expect()
 }

@@ -63,6 +63,10 @@ func (m *Model) inject(f []byte, errs uint32) bool {
 
 func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	rctl := m.reg[rRCTL]
+	if m.phyHung {
+		m.st.RxPHYHung++
+		return false
+	}
 	if rctl&2 == 0 || m.opts.LinkDown {
 		m.st.RxDisabled++
 		return false

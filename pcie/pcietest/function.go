@@ -357,6 +357,7 @@ var (
 	ErrLinkDown  = errors.New("pcietest: link down")
 	ErrAttached  = errors.New("pcietest: function not attached")
 	ErrMSITarget = errors.New("pcietest: MSI write did not reach the MSI receiver")
+	ErrMSIGated  = errors.New("pcietest: MSI dropped: the root port's MSI Enable is clear")
 )
 
 // DMAWrite is a memory write request from the function to bus address a.
@@ -370,6 +371,11 @@ func (f *Function) DMAWrite(a dma.Addr, p []byte) error {
 		return err
 	}
 	if f.h.isMSI(uint64(a), len(p)) {
+		if !f.h.rootMSIEnabled() {
+			f.h.violate("MSI write %#x to the receiver at %#x with the root port's MSI Enable clear: the core drops it (Linux imx6_pcie_probe sets PCI_MSI_FLAGS_ENABLE in the root port's MSI capability)",
+				binary.LittleEndian.Uint32(p), a)
+			return ErrMSIGated
+		}
 		f.h.msiWrite(binary.LittleEndian.Uint32(p))
 		return nil
 	}

@@ -57,6 +57,17 @@ type Options struct {
 	// align 64K, limit 4G"; dw_pcie_prog_outbound_atu refuses unaligned
 	// cpu_addr or pci_addr with -EINVAL. QEMU 7.2 reports "align 0K".
 	RegionAlign uint32
+	// ATUEnableLag is how many reads of PL_IATURC2 after a write to it
+	// read ENABLE clear, the region not yet in effect. Whatever it is, a write to
+	// PL_IATURC2 takes effect only once PL_IATURC2 of that region has
+	// been read back showing it: until then CPU accesses are translated by
+	// the region as it was (Linux pcie-designware.c
+	// __dw_pcie_prog_outbound_atu: "Make sure ATU enable takes effect
+	// before any subsequent config and I/O accesses", polling CR2's
+	// ENABLE up to LINK_WAIT_MAX_IATU_RETRIES = 5 times, LINK_WAIT_IATU
+	// = 9 ms apart; the DBI write is posted and the windows sit on
+	// another AXI port, so an access through a window can overtake it).
+	ATUEnableLag int
 }
 
 // PHYWrite is one write to an i.MX6 PHY register through PHY_CTRL.
@@ -82,20 +93,24 @@ type Host struct {
 
 	vpIndex uint32
 	vp      []viewport
-	active  []viewport // latched when PL_IATURC2 is written
+	active  []viewport // what translates CPU accesses
+	pending []*viewport
+	lag     []int
 
 	msiAddr                    uint64
 	msiEnable, msiMask, msiSta uint32
 
 	linkUp    bool
+	recovery  int64 // simulated time until which the link is in Recovery (Retrain)
 	polls     int
 	gen       int
 	firstGen  int
 	g2Pending bool
 
-	nowNs int64
-	viol  []string
-	tlps  int
+	nowNs    int64
+	viol     []string
+	tlps     int
+	dbiReads int
 
 	phyCtrl          uint32
 	phyAddr, phyData uint16
@@ -184,7 +199,8 @@ func New(opts Options) *Host {
 		opts.RegionAlign = 64 << 10
 	}
 	h := &Host{opts: opts, soc: opts.SoC, pl: map[uint32]uint32{}, phy: map[uint32]uint32{}, phyRegs: map[uint16]uint16{},
-		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports)}
+		vp: make([]viewport, opts.SoC.Viewports), active: make([]viewport, opts.SoC.Viewports),
+		pending: make([]*viewport, opts.SoC.Viewports), lag: make([]int, opts.SoC.Viewports)}
 	// The root port as QEMU 7.2 presents it (16c3:abcd, MSI at 0x50,
 	// PCI Express root port at 0x70), Gen2 x1 capable.
 	r := NewBridge(0x16C3, 0xABCD)
@@ -258,8 +274,42 @@ func (h *Host) DropLink() {
 	h.linkUp = false
 	h.opts.NeverTrains = true
 }
+
+// Retrain puts the link through Recovery for d of simulated time, as a
+// replay timeout, receiver errors, a speed change or an L0s/L1 exit do
+// while the link stays up (PCI Express Base 3.0, 4.2.6.4: Recovery is
+// entered from L0 and returns to L0 without leaving the link-up states;
+// 4.2.6.4.1: Recovery.RcvrLock gives up after 24 ms). Meanwhile PL DEBUG1
+// reads LINK_UP with LINK_IN_TRAINING set (Linux pci-imx6.c
+// imx6_pcie_link_up, v3.x-v4.x: "the link is UP, but still in LTSSM
+// training ... wait for the training to finish"; U-Boot pcie_imx.c reads
+// the same as Recovery) and PL DEBUG0 the LTSSM in Recovery.RcvrLock
+// (0x0D). TLPs the CPU sends meanwhile are held by the core and go out
+// when the link is back in L0: they are not lost and no violation.
+func (h *Host) Retrain(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.linkUp {
+		h.recovery = h.nowNs + int64(d)
+	}
+}
+
+func (h *Host) inRecovery() bool { return h.linkUp && h.nowNs < h.recovery }
+
+// SetATUEnableLag changes Options.ATUEnableLag for the writes to come.
+func (h *Host) SetATUEnableLag(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opts.ATUEnableLag = n
+}
+
+// Gen returns the current link speed, FirstGen the speed the link first
+// trained at.
 func (h *Host) Gen() int      { h.mu.Lock(); defer h.mu.Unlock(); return h.gen }
 func (h *Host) FirstGen() int { h.mu.Lock(); defer h.mu.Unlock(); return h.firstGen }
+
+// DBIReads counts the reads of the core's registers (DBI) so far.
+func (h *Host) DBIReads() int { h.mu.Lock(); defer h.mu.Unlock(); return h.dbiReads }
 
 // TLPs counts configuration and memory requests that left the root port.
 func (h *Host) TLPs() int { h.mu.Lock(); defer h.mu.Unlock(); return h.tlps }
@@ -452,6 +502,7 @@ func (h *Host) dbiCheck(off uint32, what string) bool {
 }
 
 func (h *Host) dbiRead(off uint32) uint32 {
+	h.dbiReads++
 	if !h.dbiCheck(off, "read") {
 		return 0xFFFF_FFFF
 	}
@@ -460,6 +511,9 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	case 0x810:
 		return h.phyStatus()
 	case 0x728:
+		if h.inRecovery() {
+			return 0x0D
+		}
 		if h.linkUp {
 			return 0x11
 		}
@@ -477,6 +531,9 @@ func (h *Host) dbiRead(off uint32) uint32 {
 				}
 			}
 			return 1 << 29 // in training
+		}
+		if h.inRecovery() {
+			return 1<<4 | 1<<29
 		}
 		if h.linkUp {
 			return 1 << 4
@@ -507,6 +564,16 @@ func (h *Host) dbiRead(off uint32) uint32 {
 	case 0x904:
 		return vp.cr1
 	case 0x908:
+		i := h.vpIndex % uint32(len(h.vp))
+		if p := h.pending[i]; p != nil {
+			if h.lag[i] > 0 {
+				// Not in effect yet: ENABLE reads clear, which is
+				// what Linux's poll for it waits out.
+				h.lag[i]--
+				return p.cr2 &^ (1 << 31)
+			}
+			h.active[i], h.pending[i] = *p, nil
+		}
 		return vp.cr2
 	case 0x90C:
 		return vp.lba
@@ -576,7 +643,9 @@ func (h *Host) dbiWrite(off, v uint32) {
 		if v&(1<<31) != 0 {
 			h.checkRegion(vp)
 		}
-		h.active[h.vpIndex%uint32(len(h.vp))] = *vp
+		i := h.vpIndex % uint32(len(h.vp))
+		p := *vp
+		h.pending[i], h.lag[i] = &p, h.opts.ATUEnableLag
 	case 0x90C:
 		vp.lba = v
 	case 0x910:
@@ -793,6 +862,19 @@ func (h *Host) upstream(f *Function, a uint64, n int, write bool) error {
 
 func (h *Host) isMSI(a uint64, n int) bool {
 	return h.msiEnable != 0 && a == h.msiAddr && n == 4
+}
+
+// rootMSIEnabled reports the gate in front of the MSI receiver: the MSI
+// Enable bit (Message Control bit 0) of the root port's own MSI
+// capability. On the i.MX6 it gates MSIs from the devices below the port,
+// and Linux sets it for every i.MX variant (pci-imx6.c imx6_pcie_probe:
+// "val |= PCI_MSI_FLAGS_ENABLE" in the root port's MSI capability, once
+// PCIE_RC_IMX6_MSI_CAP = 0x50). That the i.MX7D core gates the same way
+// is UNCONFIRMED; the model takes the strict reading for every SoC. QEMU
+// 7.2's designware.c does not gate (it looks only at PL_MSI_CTRL_INT0_EN).
+func (h *Host) rootMSIEnabled() bool {
+	off := h.root.capability(0x05)
+	return off != 0 && h.root.get16(off+2)&1 != 0
 }
 
 func (h *Host) msiMatches(a uint64) bool {
