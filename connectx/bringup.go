@@ -396,6 +396,18 @@ func (n *NIC) queryCaps() error {
 	if (Field{0x40, 3, 3}).Get(gen) == 0 {
 		return errors.New("connectx: card has no Ethernet offloads (eth_net_offloads 0)")
 	}
+	// max_wqe_sz_sq (cmd_hca_cap bits 0x290..0x29F: byte 0x50 bits 15:0)
+	// is the largest send WQE in bytes; Linux sizes every SQ WQE by it
+	// (mlx5e_get_max_sq_wqebbs: min(MLX5_SEND_WQE_MAX_WQEBBS,
+	// max_wqe_sz_sq / MLX5_SEND_WQE_BB)). The driver needs 4 WQEBBs: a
+	// 142-byte inline header (10 DS), the control segment and one data
+	// segment.
+	sz := Field{0x50, 15, 0}.Get(gen)
+	n.caps.MaxSQWQEBBs = min(MaxWQEBBs, int(sz)/WQEBB)
+	if n.caps.MaxSQWQEBBs < 4 {
+		return fmt.Errorf("connectx: max_wqe_sz_sq %d bytes, the driver needs %d", sz, 4*WQEBB)
+	}
+	n.sq.maxDS = min(maxDS, n.caps.MaxSQWQEBBs*WQEBB/DSSize)
 	out, err = n.exec(newIn(OpQueryHCACap, 1<<1|1, 0x10), 0x1010)
 	if err != nil {
 		return fmt.Errorf("connectx: QUERY_HCA_CAP Ethernet offloads: %w", err)

@@ -97,7 +97,10 @@ type Config struct {
 type Stats struct {
 	TxPackets, TxLSO, TxBytes, TxErrors, TxRingFull, TxBadPacket uint64
 	RxPackets, RxBytes, RxErrors, RxCsumOK                       uint64
-	PagesGiven, PagesReturned, PageRequests, PageRefused         uint64
+	// TxGathered counts the sends whose fragments were more than one WQE
+	// carries and were copied into a bounce buffer.
+	TxGathered                                           uint64
+	PagesGiven, PagesReturned, PageRequests, PageRefused uint64
 	// PageCantGive counts the run-time page requests answered "cannot
 	// give" (MANAGE_PAGES op_mod 0); PageCantGiveFailed those answers the
 	// card refused.
@@ -112,6 +115,10 @@ type Caps struct {
 	MaxLSO        int // bytes (2^max_lso_cap)
 	WQEInlineMode int // 0 L2, 1 from the vport context, 2 none
 	MinInlineMode int // vport min_wqe_inline_mode (0 none, 1 L2, 2 IP, 3 TCP/UDP)
+	// MaxSQWQEBBs is the largest send WQE in 64-byte WQEBBs: the general
+	// caps' max_wqe_sz_sq (bytes) / 64, at most 16 (Linux
+	// mlx5e_get_max_sq_wqebbs).
+	MaxSQWQEBBs int
 }
 
 // objects are the numbers the card gave the driver's objects.

@@ -28,6 +28,10 @@ type sendQueue struct {
 	scr    [256]byte // inline header scratch
 	data   [][]byte
 	err    bool // an error CQE was seen: recover after draining
+	// maxDS is the largest WQE the card takes, in 16-byte units: the
+	// general caps' max_wqe_sz_sq in WQEBBs, at most 16, times 4, at most
+	// 63 (ds_cnt is 6 bits).
+	maxDS int
 }
 
 // txSlot is the software state of the WQE starting at one WQEBB.
@@ -36,6 +40,25 @@ type txSlot struct {
 	cookie any
 	maps   []dma.Buffer
 	live   bool // a real send (not a NOP pad)
+	// bounce holds the fragments a WQE could not carry as data segments,
+	// copied into one buffer the card reads while the send is queued; a
+	// small one is kept for the slot's next gather.
+	bounce []byte
+}
+
+// keepBounce is the largest gather buffer a slot keeps for reuse (a
+// frame of the default MTU fits): bigger ones, made for LSO packets in
+// many views, are left to the garbage collector once the send completes.
+const keepBounce = 2048
+
+// reuse returns what of s a later WQE in the same slot keeps: its maps
+// slice and a small bounce buffer.
+func (s *txSlot) reuse() txSlot {
+	t := txSlot{maps: s.maps[:0]}
+	if cap(s.bounce) <= keepBounce {
+		t.bounce = s.bounce[:0]
+	}
+	return t
 }
 
 // recvQueue is the RQ: a ring of one-data-segment WQEs.
@@ -48,14 +71,20 @@ type recvQueue struct {
 	slotBuf []uint32     // which buffer each WQE slot holds
 }
 
-// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits (and 16
-// WQEBBs hold 64).
+// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits
+// (MLX5_WQE_CTRL_DS_MASK 0x3f), although 16 WQEBBs would hold 64.
 const maxDS = 63
 
-// maxDataSegs is the most data segments a WQE always carries, beside the
-// largest inline header this driver writes (at most 14+8+60+60 bytes, 9 DS
-// with the eth segment): what Info reports.
-const maxDataSegs = maxDS - 1 - 9
+// maxInlineHdr is the longest header this driver copies inline for a send
+// whose headers the vport's inline mode asks for: Ethernet, two VLAN tags,
+// a 60-byte IPv4 header and a 60-byte TCP header (14+8+60+60).
+const maxInlineHdr = 14 + 8 + 60 + 60
+
+// dataSegs returns the data segments a WQE of at most maxDS units carries
+// in place beside an inline header of ihs bytes: the control segment, the
+// eth segment with its inline bytes (InlineDS; 10 units for 142 bytes),
+// the rest data segments.
+func dataSegs(maxDS, ihs int) int { return maxDS - 1 - InlineDS(ihs) }
 
 func (n *NIC) allocRx() error {
 	var err error
@@ -134,7 +163,9 @@ func (n *NIC) minInline(head []byte, total int) int {
 
 // Transmit queues one frame given as fragments; csum asks the card for the
 // IPv4 header and TCP/UDP checksums. Fragments are sent in place after an
-// inline copy of the first header bytes.
+// inline copy of the first header bytes; a frame in more fragments than
+// one WQE has data segments for is copied into a bounce buffer (any number
+// of fragments is taken, as netstack.Device asks).
 func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 	total := 0
 	for _, f := range frags {
@@ -251,10 +282,20 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	if n.broken != nil {
 		return nil, n.broken
 	}
-	ds := 1 + InlineDS(len(inline)) + len(data)
-	if ds > maxDS {
+	// A frame in more fragments than the WQE has data segments for is
+	// gathered into one bounce buffer (the netstack.Device contract: any
+	// number of fragments). One WQE is the most the card takes for one
+	// packet: an LSO send cannot be split across WQEs without rewriting
+	// its headers, and a plain send split across WQEs would be two frames.
+	gather := len(data) > dataSegs(n.sq.maxDS, len(inline))
+	segs := len(data)
+	if gather {
+		segs = 1
+	}
+	ds := 1 + InlineDS(len(inline)) + segs
+	if ds > n.sq.maxDS {
 		n.stats.TxBadPacket++
-		return nil, fmt.Errorf("%w: %d data segments after %d inline bytes (%d DS, max %d)", ErrTooManySegs, len(data), len(inline), ds, maxDS)
+		return nil, fmt.Errorf("%w: %d inline bytes and %d data segments make %d DS, the card takes %d", ErrTooManySegs, len(inline), segs, ds, n.sq.maxDS)
 	}
 	nbb := uint32((ds + 3) / 4)
 	sq := &n.sq
@@ -279,11 +320,28 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		clear(w)
 		c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: OpcodeNOP, SQN: n.obj.sq, DS: 1}
 		c.Encode(w)
-		sq.slots[at] = txSlot{n: 1, maps: sq.slots[at].maps[:0]}
+		sq.slots[at] = sq.slots[at].reuse()
+		sq.slots[at].n = 1
 		sq.pc++
 	}
 	at := sq.pc & (sq.size - 1)
 	maps := sq.slots[at].maps[:0] // reuse the slot's slice: no allocation per send
+	bounce := sq.slots[at].bounce[:0]
+	if gather {
+		total := 0
+		for _, d := range data {
+			total += len(d)
+		}
+		if cap(bounce) < total {
+			bounce = make([]byte, 0, total)
+		}
+		for _, d := range data {
+			bounce = append(bounce, d...)
+		}
+		sq.data = append(sq.data[:0], bounce)
+		data = sq.data
+		n.stats.TxGathered++
+	}
 	for _, d := range data {
 		// Mapped in place in the slot's slice: no dma.Buffer copies.
 		maps = append(maps, dma.Buffer{})
@@ -306,7 +364,7 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		d.Encode(w[off:])
 		off += DSSize
 	}
-	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true}
+	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true, bounce: bounce}
 	sq.pc += nbb
 	n.stats.TxPackets++
 	n.stats.TxBytes += uint64(len(inline))
@@ -353,7 +411,7 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 			done = append(done, completion{s.cookie, e})
 		}
 		sq.cc += s.n
-		*s = txSlot{maps: s.maps[:0]}
+		*s = s.reuse()
 		if last {
 			break
 		}
@@ -648,11 +706,15 @@ func (n *NIC) Info() netstack.DeviceInfo {
 	if n.caps.MaxLSO > 0 {
 		segs = min(n.caps.MaxLSO, 1<<16) / 536
 	}
+	// Fragments (payload views) beyond what one WQE carries beside the
+	// longest inline header are gathered into a bounce buffer: Info
+	// states how many go in place.
+	inPlace := dataSegs(n.sq.maxDS, maxInlineHdr)
 	return netstack.DeviceInfo{MAC: n.mac, MaxFrame: n.cfg.MTU + 18, TxCsum: n.caps.CsumCap, RxCsum: n.caps.CsumCap,
-		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: maxDataSegs, TxAlign: 1, MaxGSOSegments: segs,
+		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: inPlace, TxAlign: 1, MaxGSOSegments: segs,
 		// TransmitGSO inlines the headers and gives each payload view one
 		// data segment.
-		MaxGSOViews: maxDataSegs}
+		MaxGSOViews: inPlace}
 }
 
 // SetTxDone implements netstack.Device.

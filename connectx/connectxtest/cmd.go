@@ -267,6 +267,8 @@ func (m *Model) execute(op, opmod uint16, in, out []byte) (uint8, uint32) {
 		case 0:
 			set32(c, 0x34, 1<<8) // port_type Ethernet
 			set32(c, 0x40, 1<<3) // eth_net_offloads
+			// max_wqe_sz_sq: mlx5_ifc.h cmd_hca_cap bits 0x290..0x29F.
+			set32(c, 0x50, uint32(m.opts.MaxWQESzSQ)&0xFFFF)
 		case 1:
 			set32(c, 0, 1<<31|uint32(m.opts.MaxLSOLog)<<16|uint32(m.opts.WQEInlineMode)<<12)
 		default:

@@ -136,8 +136,12 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 		return 0, nil, errf(synQPOp, "ds count 0")
 	}
 	nbb := uint32(ds+3) / 4
-	if nbb > 16 {
-		return 0, nil, errf(synQPOp, "%d WQEBBs (max 16)", nbb)
+	// A send WQE is at most max_wqe_sz_sq bytes (the general caps the
+	// model reports; PRM "HCA Capabilities": maximum WQE size for an SQ;
+	// Linux mlx5e_get_max_sq_wqebbs) and at most MLX5_SEND_WQE_MAX_WQEBBS
+	// 16 (qp.h).
+	if lim := uint32(min(16, m.opts.MaxWQESzSQ/64)); nbb > lim {
+		return 0, nil, errf(synQPOp, "%d WQEBBs, max_wqe_sz_sq allows %d", nbb, lim)
 	}
 	if at+nbb > size && !m.faults.AllowWrap {
 		return 0, nil, errf(synQPOp, "WQE of %d WQEBBs at %d crosses the end of a %d-WQEBB ring", nbb, at, size)

@@ -54,6 +54,9 @@ type Options struct {
 	MinInlineMode, WQEInlineMode int
 	// MaxLSOLog is max_lso_cap (default 16: 64 KiB).
 	MaxLSOLog int
+	// MaxWQESzSQ is the general caps' max_wqe_sz_sq, the largest send WQE
+	// in bytes (default 1024: 16 WQEBBs, MLX5_SEND_WQE_MAX_WQEBBS).
+	MaxWQESzSQ int
 	// ReservedLKey is what QUERY_SPECIAL_CONTEXTS reports (default 0x77).
 	ReservedLKey uint32
 	// LinkDown starts with the port down.
@@ -222,6 +225,9 @@ func New(o Options) *Model {
 	}
 	if o.MaxLSOLog == 0 {
 		o.MaxLSOLog = 16
+	}
+	if o.MaxWQESzSQ == 0 {
+		o.MaxWQESzSQ = 1024
 	}
 	if o.ReservedLKey == 0 {
 		o.ReservedLKey = 0x77
