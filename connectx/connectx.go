@@ -48,6 +48,11 @@ var DeviceIDs = []uint16{0x1013, 0x1015, 0x1017, 0x1019, 0x101B, 0x101D, 0x101F,
 var (
 	ErrNotConnectX = errors.New("connectx: not an mlx5 function")
 	ErrRingFull    = errors.New("connectx: send queue full")
+	// ErrRecovering refuses a send while the SQ recovers from an error
+	// (it wraps ErrRingFull: Full reports it, the send succeeds later).
+	ErrRecovering = fmt.Errorf("%w: recovering from a send error", ErrRingFull)
+	// ErrFlushed completes a send the card flushed after an error.
+	ErrFlushed     = errors.New("connectx: send flushed after a send error")
 	ErrClosed      = errors.New("connectx: NIC closed")
 	ErrTooManySegs = errors.New("connectx: packet needs more segments than one WQE holds")
 	ErrBadPacket   = errors.New("connectx: packet cannot be sent")
@@ -80,6 +85,11 @@ type Config struct {
 	// FirmwareTimeout bounds each wait for the initializing bit (Linux
 	// allows minutes; default 10 s); CmdTimeout each command (default 5 s).
 	FirmwareTimeout, CmdTimeout time.Duration
+	// SQFlushTimeout bounds the wait, after a send error, for the card
+	// to return every outstanding WQE with its flush CQE before the SQ is
+	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush); past it the
+	// card is failed (Fail).
+	SQFlushTimeout time.Duration
 	// MaxPages bounds the firmware pages the driver will give (default
 	// 16384, 64 MiB); a request beyond it is refused.
 	MaxPages int
@@ -162,6 +172,9 @@ func (c *Config) defaults() error {
 	}
 	if c.FirmwareTimeout == 0 {
 		c.FirmwareTimeout = 10 * time.Second
+	}
+	if c.SQFlushTimeout == 0 {
+		c.SQFlushTimeout = 2 * time.Second
 	}
 	if c.CmdTimeout == 0 {
 		c.CmdTimeout = 5 * time.Second

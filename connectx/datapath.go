@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -27,7 +28,11 @@ type sendQueue struct {
 	slots  []txSlot
 	scr    [256]byte // inline header scratch
 	data   [][]byte
-	err    bool // an error CQE was seen: recover after draining
+	// err: an error CQE was seen; the SQ is in ERR. New sends are
+	// refused until every WQE came back with its own CQE (flush error
+	// CQEs after the error one), then the SQ is reset (errAt: when).
+	err   bool
+	errAt time.Time
 	// maxDS is the largest WQE the card takes, in 16-byte units: the
 	// general caps' max_wqe_sz_sq in WQEBBs, at most 16, times 4, at most
 	// 63 (ds_cnt is 6 bits).
@@ -282,6 +287,26 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	if n.broken != nil {
 		return nil, n.broken
 	}
+	if n.sq.err {
+		// The card still owns WQEs of the failed SQ: nothing new is
+		// queued until it returned them all (Linux stops the queue,
+		// mlx5e_tx_disable_queue). Full: the send succeeds later.
+		done := n.pollTx(nil)
+		if n.sq.err {
+			n.stats.TxRingFull++
+			return done, ErrRecovering
+		}
+		if n.broken != nil || n.failed != nil {
+			return done, errors.Join(n.broken, n.failed)
+		}
+		return n.postAfter(done, opcode, flags, mss, inline, data, cookie)
+	}
+	return n.postAfter(nil, opcode, flags, mss, inline, data, cookie)
+}
+
+// postAfter is post once the SQ is in service; done holds completions
+// already reclaimed.
+func (n *NIC) postAfter(done []completion, opcode, flags uint8, mss uint16, inline []byte, data [][]byte, cookie any) ([]completion, error) {
 	// A frame in more fragments than the WQE has data segments for is
 	// gathered into one bounce buffer (the netstack.Device contract: any
 	// number of fragments). One WQE is the most the card takes for one
@@ -295,7 +320,7 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	ds := 1 + InlineDS(len(inline)) + segs
 	if ds > n.sq.maxDS {
 		n.stats.TxBadPacket++
-		return nil, fmt.Errorf("%w: %d inline bytes and %d data segments make %d DS, the card takes %d", ErrTooManySegs, len(inline), segs, ds, n.sq.maxDS)
+		return done, fmt.Errorf("%w: %d inline bytes and %d data segments make %d DS, the card takes %d", ErrTooManySegs, len(inline), segs, ds, n.sq.maxDS)
 	}
 	nbb := uint32((ds + 3) / 4)
 	sq := &n.sq
@@ -306,7 +331,6 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		}
 		return pad + nbb
 	}
-	var done []completion
 	if sq.size-(sq.pc-sq.cc) < need() {
 		done = n.pollTx(done)
 	}
@@ -419,7 +443,11 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 	return done
 }
 
-// pollTx handles the TX CQ.
+// pollTx handles the TX CQ. Every CQE retires the WQEs up to the one it
+// names: a good one completes them, an error CQE (the SQ moved to ERR)
+// and the flush error CQEs that follow it (syndrome 0x05, one per WQE the
+// card still held, as flush_in_error_en asks) complete theirs with an
+// error.
 func (n *NIC) pollTx(done []completion) []completion {
 	q := &n.txcq
 	seen := false
@@ -434,8 +462,14 @@ func (n *NIC) pollTx(done []completion) []completion {
 		case c.Opcode == CQEOpReq:
 			done = n.retire(done, c.WQECounter, nil, false)
 		case c.Opcode == CQEOpReqErr:
-			n.sq.err = true
-			done = n.retire(done, c.WQECounter, fmt.Errorf("%w: syndrome %#x vendor %#x", ErrSendFailed, c.Syndrome, c.VendorSynd), false)
+			if !n.sq.err {
+				n.sq.err, n.sq.errAt = true, time.Now()
+			}
+			cause := ErrSendFailed
+			if c.Syndrome == SyndromeFlush {
+				cause = ErrFlushed
+			}
+			done = n.retire(done, c.WQECounter, fmt.Errorf("%w: syndrome %#x vendor %#x", cause, c.Syndrome, c.VendorSynd), false)
 		default:
 			n.stats.TxErrors++
 		}
@@ -450,20 +484,34 @@ func (n *NIC) pollTx(done []completion) []completion {
 	return done
 }
 
-// recoverSQ aborts what is left on a failed SQ and returns it to service
-// (MODIFY_SQ ERR->RST->RDY; counters restart at 0, Linux
-// mlx5e_reset_txqsq_cc_pc).
+// recoverSQ returns a failed SQ to service once the card has given back
+// every WQE, as Linux's mlx5e_tx_reporter_err_cqe_recover does: wait
+// until cc == pc (mlx5e_wait_for_sq_flush), MODIFY_SQ ERR->RST->RDY
+// (mlx5e_health_sq_to_ready), counters back to 0
+// (mlx5e_reset_txqsq_cc_pc). Until then the WQEs, their buffers and their
+// ring slots are the card's. When the flush CQEs do not come within
+// SQFlushTimeout (Linux gives up after 2 s and leaves the queue stopped)
+// the card is failed as Fail does: Bus Master Enable off first, then the
+// sends still queued complete with an error.
 func (n *NIC) recoverSQ(done []completion) []completion {
 	sq := &n.sq
-	done = n.retire(done, 0, ErrSendFailed, true)
+	if sq.cc != sq.pc {
+		if time.Since(sq.errAt) > n.cfg.SQFlushTimeout {
+			done = append(done, n.failLocked(fmt.Errorf("SQ %#x flush timed out after %v (cc %d, pc %d)", n.obj.sq, n.cfg.SQFlushTimeout, sq.cc, sq.pc))...)
+		}
+		return done
+	}
 	sq.err = false
 	n.stats.SQRecoveries++
 	if err := n.modifyState(OpModifySQ, n.obj.sq, StateERR, StateRST); err != nil {
+		n.broken = fmt.Errorf("connectx: send queue recovery: %w", err)
 		return done
 	}
 	sq.pc, sq.cc = 0, 0
 	storeBE32(n.dbr.Bytes(), dbrSQ+4, 0)
-	_ = n.modifyState(OpModifySQ, n.obj.sq, StateRST, StateRDY)
+	if err := n.modifyState(OpModifySQ, n.obj.sq, StateRST, StateRDY); err != nil {
+		n.broken = fmt.Errorf("connectx: send queue recovery: %w", err)
+	}
 	return done
 }
 
@@ -669,11 +717,16 @@ func (n *NIC) Fail(cause error) {
 		n.mu.Unlock()
 		return
 	}
-	n.failed = fmt.Errorf("%w: %v", ErrFailed, cause)
-	n.stopBusMaster()
-	done := n.retire(nil, 0, n.failed, true)
+	done := n.failLocked(cause)
 	n.mu.Unlock()
 	n.complete(done)
+}
+
+// failLocked is Fail with n.mu held; it returns the completions to give.
+func (n *NIC) failLocked(cause error) []completion {
+	n.failed = fmt.Errorf("%w: %v", ErrFailed, cause)
+	n.stopBusMaster()
+	return n.retire(nil, 0, n.failed, true)
 }
 
 // Check asks the card for its vport state (QUERY_VPORT_STATE), which also

@@ -69,10 +69,81 @@ func (m *Model) readWQ(q *wq, off uint64, n int) ([]byte, error) {
 	return b, nil
 }
 
+// errCQE builds a requester error CQE (cq.h struct mlx5_err_cqe:
+// syndrome at 0x37, sop_drop_qpn at 0x38, wqe_counter at 0x3C, op_own
+// MLX5_CQE_REQ_ERR 0xD in bits 7:4).
+func errCQE(sqn, index uint32, syn uint8) []byte {
+	e := make([]byte, 64)
+	e[0x37] = syn
+	binary.BigEndian.PutUint32(e[0x38:], sqn)
+	binary.BigEndian.PutUint16(e[0x3C:], uint16(index))
+	e[0x3F] = 0xD << 4
+	return e
+}
+
+// wqebbs returns the size of the WQE at the card's counter from its
+// ds_cnt (1 when unreadable or 0: the card steps over it).
+func (m *Model) wqebbs(q *wq, size uint32) uint32 {
+	ctrl, err := m.readWQ(q, uint64(q.ci&(size-1))*64, 16)
+	if err != nil {
+		return 1
+	}
+	return max(1, (u32(ctrl, 4)&0x3F+3)/4)
+}
+
+// flushSQ completes every WQE from the card's counter up to the doorbell
+// record pc of an SQ in ERR with a flush error CQE of its own (syndrome
+// MLX5_CQE_SYNDROME_WR_FLUSH_ERR 0x05, opcode MLX5_CQE_REQ_ERR), when the
+// SQ was created with flush_in_error_en (mlx5_ifc.h sqc_bits; Linux sets
+// it in mlx5e_create_sq and waits for these CQEs, cc == pc, before it
+// resets the SQ: en/reporter_tx.c mlx5e_tx_reporter_err_cqe_recover,
+// mlx5e_wait_for_sq_flush). The card writes them after the error CQE, in
+// WQE order; under Faults.HoldFlush they stay in its pipeline until
+// ReleaseFlush: late, possibly after the driver moved the SQ on.
+func (m *Model) flushSQ(sqn uint32, q *wq, size, pc uint32) {
+	if !q.flush {
+		return
+	}
+	for q.ci != pc && (pc-q.ci)&0xFFFF <= size {
+		e := errCQE(sqn, q.ci, 0x05)
+		m.stats.TxFlushed++
+		if m.faults.HoldFlush {
+			m.lateFlush = append(m.lateFlush, lateCQE{q, q.cqn, e})
+		} else {
+			m.postCQE(q.cqn, e)
+		}
+		q.ci = (q.ci + m.wqebbs(q, size)) & 0xFFFF
+	}
+}
+
+// lateCQE is a flush CQE the card has yet to write.
+type lateCQE struct {
+	q   *wq
+	cqn uint32
+	cqe []byte
+}
+
+// ReleaseFlush ends HoldFlush and writes the flush CQEs held meanwhile.
+func (m *Model) ReleaseFlush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faults.HoldFlush = false
+	for _, l := range m.lateFlush {
+		m.postCQE(l.cqn, l.cqe)
+	}
+	m.lateFlush = nil
+}
+
 // processSQ consumes the WQEs the doorbell record publishes.
 func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
+	if q.state == 3 {
+		// ERR: nothing is executed; with flush_in_error_en what the
+		// driver posts meanwhile is flushed too.
+		m.flushSQ(sqn, q, uint32(1)<<q.logSize, atomicLoadBE(q.dbr[4:])&0xFFFF)
+		return
+	}
 	if q.state != 1 {
-		return // RST or ERR: nothing is executed
+		return // RST: nothing is executed
 	}
 	if !m.busMaster() {
 		// The card cannot fetch the WQEs: with Bus Master Enable clear a
@@ -99,13 +170,10 @@ func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
 		if werr != nil {
 			m.stats.TxWQEErrors++
 			m.violation("SQ %#x WQE %d: %s", sqn, q.ci, werr.msg)
-			var e [64]byte
-			e[0x37] = werr.syn
-			binary.BigEndian.PutUint32(e[0x38:], sqn)
-			binary.BigEndian.PutUint16(e[0x3C:], uint16(q.ci))
-			e[0x3F] = 0xD << 4
 			q.state = 3
-			m.postCQE(q.cqn, e[:])
+			m.postCQE(q.cqn, errCQE(sqn, q.ci, werr.syn))
+			q.ci = (q.ci + m.wqebbs(q, size)) & 0xFFFF
+			m.flushSQ(sqn, q, size, pc)
 			return
 		}
 		if cqe != nil {

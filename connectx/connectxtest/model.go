@@ -78,6 +78,10 @@ type Faults struct {
 	// HoldTx makes the card take doorbells but not execute them until
 	// ReleaseTx (a paused port: the send queue fills up).
 	HoldTx bool
+	// HoldFlush keeps the flush error CQEs an SQ in error owes (one per
+	// outstanding WQE, after the error CQE) in the card until
+	// ReleaseFlush: they arrive late.
+	HoldFlush bool
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
@@ -88,6 +92,8 @@ type Faults struct {
 type Stats struct {
 	Commands, CmdFailed, Delivery                     int
 	TxFrames, TxBytes, TxLSO, TxSegments, TxWQEErrors int
+	// TxFlushed counts the WQEs completed with a flush error.
+	TxFlushed                                         int
 	TxCsumL3, TxCsumL4                                int
 	RxFrames, RxNoBuffer, RxNoSteering, RxErrors      int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
@@ -199,8 +205,10 @@ type Model struct {
 	root  uint32
 	out   [][]byte
 	held  map[uint32][]byte // doorbells taken under HoldTx
-	rxScr []byte
-	txScr []byte
+	// lateFlush are flush CQEs the card owes, held under HoldFlush.
+	lateFlush []lateCQE
+	rxScr     []byte
+	txScr     []byte
 }
 
 // New returns a powered-up model: firmware initializing, nothing enabled.
@@ -254,6 +262,7 @@ func (m *Model) reset() {
 	m.cqs, m.tises, m.sqs, m.rqs = map[uint32]*cq{}, map[uint32]uint32{}, map[uint32]*wq{}, map[uint32]*wq{}
 	m.tirs, m.fts, m.fgs, m.ftes = map[uint32][2]uint32{}, map[uint32]uint32{}, map[uint32]fgroup{}, map[[2]uint32]fte{}
 	m.root = 0
+	m.lateFlush = nil
 }
 
 func (m *Model) violation(format string, a ...any) {

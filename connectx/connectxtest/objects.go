@@ -502,6 +502,16 @@ func (m *Model) modifyWQ(send bool, in []byte) (uint8, uint32) {
 		return stBadParam, cur<<4 | next
 	}
 	if next == 0 {
+		// The driver resets its counters with the SQ (Linux
+		// mlx5e_reset_txqsq_cc_pc), and may do so only once every WQE
+		// came back with its CQE: mlx5e_tx_reporter_err_cqe_recover
+		// waits for the flush (cc == pc) before MODIFY_SQ ERR->RST.
+		for _, l := range m.lateFlush {
+			if l.q == q {
+				m.violation("MODIFY_SQ %#x to RST while the card still owes flush CQEs for its WQEs", n)
+				break
+			}
+		}
 		q.ci = 0
 	}
 	q.state = next
