@@ -285,6 +285,20 @@ func (m *Model) Stats() Stats {
 	return m.stats
 }
 
+// MaxFrame returns the longest frame, without FCS, the port's MAC takes:
+// the hardware MTU the driver gave the vport (MODIFY_NIC_VPORT_CONTEXT
+// mtu, which counts the FCS: Linux MLX5E_SW2HW_MTU) less 4; 0 before it
+// is set. A ConnectX MAC drops and counts a longer frame (Linux mlx5
+// counters.rst: rx_oversize_pkts_phy).
+func (m *Model) MaxFrame() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mtu == 0 {
+		return 0
+	}
+	return int(m.mtu) - 4
+}
+
 // SetFaults replaces the injected faults.
 func (m *Model) SetFaults(f Faults) {
 	m.mu.Lock()
