@@ -712,11 +712,11 @@ func (n *NIC) steering() error {
 	if _, err := n.exec(in, 0x10); err != nil {
 		return fmt.Errorf("connectx: SET_FLOW_TABLE_ROOT: %w", err)
 	}
-	n.push("SET_FLOW_TABLE_ROOT disconnect", func() error {
-		d := newIn(OpSetFlowTableRoot, 1, 0x40) // op_mod 1: disconnect
-		_, err := n.exec(d, 0x10)
-		return err
-	})
+	// No undo of its own: at Close the root table is destroyed directly,
+	// as Linux destroys the last table of the NIC RX root (fs_core.c
+	// update_root_ft_destroy: no next table, so root_ft = NULL and no
+	// command). SET_FLOW_TABLE_ROOT op_mod 1 (disconnect) is for an IPoIB
+	// underlay QPN, or a NIC TX root with reset_root_to_default.
 	return nil
 }
 

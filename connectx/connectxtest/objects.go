@@ -249,9 +249,21 @@ func (m *Model) flow(op, opmod uint16, in, out []byte) (uint8, uint32) {
 	}
 	tid := bitsAt(in, 0x14, 23, 0)
 	switch {
-	case op == 0x92F && opmod == 1: // SET_FLOW_TABLE_ROOT disconnect
-		m.root = 0
-		return stOK, 0
+	case op == 0x92F && opmod != 0:
+		// SET_FLOW_TABLE_ROOT op_mod 1 (disconnect) is what Linux sends
+		// only to drop an IPoIB underlay QPN (fs_cmd.c
+		// mlx5_cmd_update_root_ft with disconnect, from
+		// mlx5_fs_remove_rx_underlay_qpn) or, in later kernels, to reset a
+		// NIC TX root when the flow table caps report
+		// reset_root_to_default (mlx5_ifc.h flow_table_prop_layout). An
+		// Ethernet function's NIC RX root with no underlay QPN is never
+		// disconnected so: Linux destroys its last root table directly
+		// (fs_core.c update_root_ft_destroy: no next table, root_ft =
+		// NULL, no command). This model reports neither and refuses it;
+		// what silicon answers is UNCONFIRMED.
+		// (underlay_qpn, input 0x18 bits 23:0, means nothing on an
+		// Ethernet port either.)
+		return stBadParam, uint32(opmod)
 	case op == 0x930: // CREATE_FLOW_TABLE
 		ls := bitsAt(in, 0x18, 7, 0)
 		if ls > 16 {
@@ -268,22 +280,20 @@ func (m *Model) flow(op, opmod uint16, in, out []byte) (uint8, uint32) {
 	}
 	switch op {
 	case 0x931:
-		if m.root == tid {
-			return stBusy, tid
-		}
+		// The root table may be destroyed: steering then has no root
+		// (Linux fs_core.c update_root_ft_destroy, del_hw_flow_table).
 		for _, g := range m.fgs {
 			if g.table == tid {
 				return stBusy, tid
 			}
 		}
 		delete(m.fts, tid)
-		return stOK, 0
-	case 0x92F: // SET_FLOW_TABLE_ROOT; op_mod 1 disconnects
-		if opmod == 1 {
+		if m.root == tid {
 			m.root = 0
-		} else {
-			m.root = tid
 		}
+		return stOK, 0
+	case 0x92F: // SET_FLOW_TABLE_ROOT (op_mod 0)
+		m.root = tid
 		return stOK, 0
 	case 0x933: // CREATE_FLOW_GROUP
 		start, end := u32(in, 0x1C), u32(in, 0x24)
