@@ -636,7 +636,10 @@ func (n *NIC) createRQ() error {
 	n.rq.size = uint32(n.cfg.RxRing)
 	in := newIn(OpCreateRQ, 0, 0x110+8*((n.rq.buf.Len()+PageSize-1)/PageSize))
 	ctx := in[0x20:]
-	put32(ctx, 0, 1<<31|1<<28) // rlkey, vlan_strip_disable
+	// rlky, vsd (VLAN strip disable), flush_in_error_en (rqc bit 0x0D:
+	// after an error the card returns every posted WQE with a flush CQE,
+	// as Linux's mlx5e_create_rq asks)
+	put32(ctx, 0, 1<<31|1<<28|1<<18)
 	put32(ctx, 0x08, n.obj.rxcq)
 	n.wq(ctx[0x30:], n.rq.buf, 4, log2(n.cfg.RxRing), uint64(n.dbr.Addr())+64)
 	if n.obj.rq, err = n.create("CREATE_RQ", in, OpDestroyRQ); err != nil {

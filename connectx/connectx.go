@@ -116,7 +116,10 @@ type Stats struct {
 	// card refused.
 	PageCantGive, PageCantGiveFailed            uint64
 	Events, PortChanges, CQErrors, SQRecoveries uint64
-	Commands                                    int
+	// RQRecoveries counts receive queues reset after an error; RxFlushed
+	// the buffers the card returned with a flush CQE meanwhile.
+	RQRecoveries, RxFlushed uint64
+	Commands                int
 }
 
 // Caps are the capabilities read from the card.

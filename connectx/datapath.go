@@ -74,6 +74,14 @@ type recvQueue struct {
 	pool    dma.Buffer   // all receive buffers, one allocation
 	bufs    []dma.Buffer // slices of pool
 	slotBuf []uint32     // which buffer each WQE slot holds
+	// cc counts the CQEs taken for posted WQEs. err: a receive error
+	// other than a length error put the RQ in ERR; the buffers the card
+	// returns meanwhile (flush CQEs) and those the stack releases wait in
+	// free until every posted WQE came back (cc == pc), then the RQ is
+	// reset and they are posted again.
+	cc   uint32
+	err  bool
+	free []uint32
 }
 
 // maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits
@@ -616,6 +624,10 @@ func (f *Frame) Release() error {
 	if n.closed {
 		return nil
 	}
+	if n.rq.err {
+		n.rq.free = append(n.rq.free, f.id) // posted when the RQ is back
+		return nil
+	}
 	n.postRx(f.id)
 	n.mem.Barrier()
 	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
@@ -624,6 +636,10 @@ func (f *Frame) Release() error {
 
 // Receive returns the next frame, (nil, nil) when none waits, or an error
 // for a frame the card reported bad (counted; its buffer is reposted).
+// A receive error other than a length error puts the RQ in ERR; the
+// card then returns every posted buffer with a flush CQE (taken here
+// without a report) and, once all are back, the RQ is reset and refilled
+// (Linux en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover).
 func (n *NIC) Receive() (netstack.Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -631,37 +647,87 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		return nil, nil
 	}
 	q := &n.rxcq
-	e := q.next()
-	if e == nil {
-		return nil, nil
-	}
-	n.mem.Barrier()
-	c, err := DecodeCQE(e)
-	q.cc++
-	n.mem.Barrier()
-	storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
-	id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
-	b := &n.rq.bufs[id]
-	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len()-RxAlign {
-		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-		n.stats.RxPackets++
-		n.stats.RxBytes += uint64(c.ByteCnt)
-		l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
-		if l3ok && l4ok {
-			n.stats.RxCsumOK++
+	for {
+		e := q.next()
+		if e == nil {
+			return nil, nil
 		}
-		return &Frame{n: n, id: id, data: b.Bytes()[RxAlign : RxAlign+c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
-			csum: c.CheckSum}, nil
+		n.mem.Barrier()
+		c, err := DecodeCQE(e)
+		q.cc++
+		n.mem.Barrier()
+		storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
+		n.rq.cc++
+		id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
+		b := &n.rq.bufs[id]
+		if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len()-RxAlign && !n.rq.err {
+			n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+			n.stats.RxPackets++
+			n.stats.RxBytes += uint64(c.ByteCnt)
+			l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
+			if l3ok && l4ok {
+				n.stats.RxCsumOK++
+			}
+			return &Frame{n: n, id: id, data: b.Bytes()[RxAlign : RxAlign+c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
+				csum: c.CheckSum}, nil
+		}
+		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+		queueErr := err == nil && c.Opcode == CQEOpRespErr && c.Syndrome != SyndromeLength
+		if queueErr || n.rq.err {
+			// The RQ is in ERR: this buffer waits for the reset.
+			n.rq.free = append(n.rq.free, id)
+			first := !n.rq.err
+			n.rq.err = true
+			if c.Syndrome == SyndromeFlush {
+				n.stats.RxFlushed++
+			} else {
+				n.stats.RxErrors++
+			}
+			n.recoverRQ()
+			if first {
+				return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x: receive queue in error, recovering", ErrRxError, c.Opcode, c.Syndrome)
+			}
+			continue
+		}
+		n.stats.RxErrors++
+		n.postRx(id)
+		n.mem.Barrier()
+		storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrRxError, err)
+		}
+		return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
 	}
-	n.stats.RxErrors++
-	n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-	n.postRx(id)
+}
+
+// recoverRQ returns an RQ in ERR to service once the card has given back
+// every posted WQE (cc == pc): MODIFY_RQ ERR->RST, counters to 0,
+// RST->RDY, then the buffers it holds are posted again (Linux
+// mlx5e_rx_reporter_err_rq_cqe_recover: mlx5e_flush_rq, then
+// mlx5e_activate_rq). Buffers lent to the stack are posted when released.
+func (n *NIC) recoverRQ() {
+	rq := &n.rq
+	if rq.cc != rq.pc {
+		return
+	}
+	rq.err = false
+	n.stats.RQRecoveries++
+	if err := n.modifyState(OpModifyRQ, n.obj.rq, StateERR, StateRST); err != nil {
+		n.broken = fmt.Errorf("connectx: receive queue recovery: %w", err)
+		return
+	}
+	rq.pc, rq.cc = 0, 0
+	storeBE32(n.dbr.Bytes(), dbrRQ, 0)
+	if err := n.modifyState(OpModifyRQ, n.obj.rq, StateRST, StateRDY); err != nil {
+		n.broken = fmt.Errorf("connectx: receive queue recovery: %w", err)
+		return
+	}
+	for _, id := range rq.free {
+		n.postRx(id)
+	}
+	rq.free = rq.free[:0]
 	n.mem.Barrier()
-	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRxError, err)
-	}
-	return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
+	storeBE32(n.dbr.Bytes(), dbrRQ, rq.pc&0xFFFF)
 }
 
 // Close tears the function down: objects destroyed, HCA torn down, pages

@@ -421,6 +421,10 @@ func (m *Model) Deliver(frame []byte) bool {
 	if ok {
 		rq = m.rqs[m.tirs[fe.tir][0]]
 	}
+	if rq != nil && rq.state == 3 {
+		m.stats.RxQueueError++ // an RQ in ERR takes nothing
+		return false
+	}
 	if rq == nil || rq.state != 1 {
 		m.stats.RxNoSteering++
 		return false
@@ -438,11 +442,18 @@ func (m *Model) Deliver(frame []byte) bool {
 	rq.ci = (rq.ci + 1) & 0xFFFF
 	fail := func(syn uint8, format string, a ...any) bool {
 		m.stats.RxErrors++
-		m.violation("RQ WQE: "+format, a...)
+		if format != "" {
+			m.violation("RQ WQE: "+format, a...)
+		}
 		cqe[0x37] = syn
 		cqe[0x3F] = 0xE << 4
 		m.postCQE(rq.cqn, cqe)
+		m.rqError(rq, pc)
 		return false
+	}
+	if syn := m.faults.FailRx; syn != 0 {
+		m.faults.FailRx = 0
+		return fail(syn, "")
 	}
 	if err != nil {
 		return fail(synProt, "unreadable: %v", err)
@@ -474,6 +485,32 @@ func (m *Model) Deliver(frame []byte) bool {
 	m.stats.RxFrames++
 	m.postCQE(rq.cqn, cqe)
 	return true
+}
+
+// rqError moves an RQ to ERR after a responder error other than a length
+// error and, with flush_in_error_en, completes every WQE posted up to the
+// doorbell record pc with a flush error CQE (MLX5_CQE_RESP_ERR, syndrome
+// MLX5_CQE_SYNDROME_WR_FLUSH_ERR 0x05). Linux treats such a CQE as the
+// RQ's failure (en_rx.c mlx5e_handle_rx_err_cqe: every syndrome but
+// LOCAL_LENGTH_ERR triggers the reporter) and recovers it only from ERR
+// (en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover: query the
+// state, ERR->RST, free the descriptors, RST->RDY); it sets
+// flush_in_error_en on its RQs (en_main.c mlx5e_create_rq). A length
+// error only completes the WQE in error: the RQ carries on.
+func (m *Model) rqError(rq *wq, pc uint32) {
+	rq.state = 3
+	if !rq.flush {
+		return
+	}
+	for rq.ci != pc {
+		e := make([]byte, 64)
+		binary.BigEndian.PutUint16(e[0x3C:], uint16(rq.ci))
+		e[0x37] = 0x05
+		e[0x3F] = 0xE << 4
+		m.stats.RxFlushed++
+		m.postCQE(rq.cqn, e)
+		rq.ci = (rq.ci + 1) & 0xFFFF
+	}
 }
 
 // rxVerdict fills the CQE's checksum fields from the frame.

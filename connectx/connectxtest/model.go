@@ -82,6 +82,10 @@ type Faults struct {
 	// outstanding WQE, after the error CQE) in the card until
 	// ReleaseFlush: they arrive late.
 	HoldFlush bool
+	// FailRx makes the next frame delivered to an RQ fail with this
+	// responder syndrome (e.g. 0x04, local protection, as a bad lkey or
+	// an unreachable buffer gives) instead of landing.
+	FailRx uint8
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
@@ -93,9 +97,12 @@ type Stats struct {
 	Commands, CmdFailed, Delivery                     int
 	TxFrames, TxBytes, TxLSO, TxSegments, TxWQEErrors int
 	// TxFlushed counts the WQEs completed with a flush error.
-	TxFlushed                                         int
-	TxCsumL3, TxCsumL4                                int
-	RxFrames, RxNoBuffer, RxNoSteering, RxErrors      int
+	TxFlushed                                    int
+	TxCsumL3, TxCsumL4                           int
+	RxFrames, RxNoBuffer, RxNoSteering, RxErrors int
+	// RxFlushed counts the RQ WQEs completed with a flush error;
+	// RxQueueError the frames dropped because the RQ was in ERR.
+	RxFlushed, RxQueueError                           int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod

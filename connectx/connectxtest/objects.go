@@ -439,6 +439,9 @@ func (m *Model) createWQ(send bool, in, out []byte) (uint8, uint32) {
 	if !q.rlkey {
 		return stBadParam, 0x31 // the model only does physical addressing with the reserved lkey
 	}
+	if !send {
+		q.flush = (w0>>18)&1 != 0 // rqc flush_in_error_en (bit 0x0D)
+	}
 	if send {
 		q.flush = (w0>>28)&1 != 0
 		if n := bitsAt(c, 0x20, 31, 16); n != 1 {
