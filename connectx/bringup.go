@@ -421,13 +421,55 @@ func (n *NIC) queryCaps() error {
 	return nil
 }
 
-// vport sets the MTU and promiscuous mode and reads the MAC.
+// pmtu accesses the PMTU register of port 1 (ACCESS_REGISTER, register
+// data from input and output 0x10); admin is the MTU to write, 0 to read.
+func (n *NIC) pmtu(admin uint32) (max, oper uint32, err error) {
+	op := uint16(AccessRegRead)
+	if admin != 0 {
+		op = AccessRegWrite
+	}
+	in := newIn(OpAccessRegister, op, 0x20)
+	Field{0x08, 15, 0}.Set(in, RegPMTU)
+	Field{0x10, 23, 16}.Set(in, 1) // local_port
+	Field{0x18, 31, 16}.Set(in, admin)
+	out, err := n.exec(in, 0x20)
+	if err != nil {
+		return 0, 0, fmt.Errorf("connectx: ACCESS_REGISTER PMTU: %w", err)
+	}
+	return Field{0x14, 31, 16}.Get(out), Field{0x1C, 31, 16}.Get(out), nil
+}
+
+// vport sets the port MTU, then the vport's MTU and promiscuous mode, and
+// reads the MAC. The port MTU is written as Linux does on every open
+// (en_main.c mlx5e_set_mtu: mlx5_set_port_mtu, PMTU admin_mtu, then the
+// vport MTU) and Snabb does (connectx.lua set_port_mtu): the port's MAC
+// drops longer frames whatever the vport says. Its max_mtu is checked
+// first (mlx5_query_port_max_mtu) and oper_mtu read back after
+// (mlx5e_query_mtu, which Linux only warns about when it differs: here
+// it is an error, the frames the driver was configured for would not
+// pass).
 func (n *NIC) vport() error {
+	// hw MTU: IP MTU + Ethernet header + VLAN tag + FCS (Linux MLX5E_SW2HW_MTU).
+	hw := uint32(n.cfg.MTU + 14 + 4 + 4)
+	max, _, err := n.pmtu(0)
+	if err != nil {
+		return err
+	}
+	if hw > max {
+		return fmt.Errorf("connectx: MTU %d needs a port MTU of %d, the port takes %d", n.cfg.MTU, hw, max)
+	}
+	if _, _, err := n.pmtu(hw); err != nil {
+		return err
+	}
+	if _, oper, err := n.pmtu(0); err != nil {
+		return err
+	} else if oper != hw {
+		return fmt.Errorf("connectx: port MTU %d after setting %d", oper, hw)
+	}
 	in := newIn(OpModifyNICVportCtx, 0, 0x200)
 	put32(in, 0x0C, 1<<6|1<<4) // field_select: mtu, promisc
 	ctx := in[0x100:]
-	// hw MTU: IP MTU + Ethernet header + VLAN tag + FCS (Linux MLX5E_SW2HW_MTU).
-	put32(ctx, 0x24, uint32(n.cfg.MTU+14+4+4))
+	put32(ctx, 0x24, hw)
 	put32(ctx, 0xF0, 1<<31|1<<30|1<<29) // promisc_uc, promisc_mc, promisc_all
 	if _, err := n.exec(in, 0x10); err != nil {
 		return fmt.Errorf("connectx: MODIFY_NIC_VPORT_CONTEXT: %w", err)

@@ -129,7 +129,7 @@ func TestPageRequestRefused(t *testing.T) {
 // the error names the command with its status and syndrome.
 func TestEachCommandFailing(t *testing.T) {
 	ops := []uint16{connectx.OpEnableHCA, connectx.OpQueryISSI, connectx.OpSetISSI, connectx.OpQueryPages, connectx.OpManagePages,
-		connectx.OpQueryHCACap, connectx.OpInitHCA, connectx.OpModifyNICVportCtx, connectx.OpQueryNICVportContext,
+		connectx.OpQueryHCACap, connectx.OpInitHCA, connectx.OpAccessRegister, connectx.OpModifyNICVportCtx, connectx.OpQueryNICVportContext,
 		connectx.OpAllocUAR, connectx.OpCreateEQ, connectx.OpAllocPD, connectx.OpAllocTransportDomain,
 		connectx.OpQuerySpecialContexts, connectx.OpCreateCQ, connectx.OpCreateTIS, connectx.OpCreateSQ, connectx.OpModifySQ,
 		connectx.OpCreateRQ, connectx.OpModifyRQ, connectx.OpCreateTIR, connectx.OpCreateFlowTable,

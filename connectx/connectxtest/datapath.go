@@ -271,13 +271,13 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 	if cqe != nil {
 		binary.BigEndian.PutUint32(cqe[0x2C:], uint32(len(frame)))
 	}
-	maxFrame := int(m.mtu) - 4 // hw MTU counts the FCS
+	maxFrame := m.macMTU() - 4 // hw MTU counts the FCS
 	if opcode == opSend {
 		if mss != 0 {
 			return 0, nil, errf(synQPOp, "SEND with mss %d", mss)
 		}
 		if len(frame) > maxFrame {
-			return 0, nil, errf(synLength, "frame of %d bytes exceeds the vport MTU (%d)", len(frame), maxFrame)
+			return 0, nil, errf(synLength, "frame of %d bytes exceeds the port and vport MTU (%d)", len(frame), maxFrame)
 		}
 		m.csum(frame, flags)
 		m.emit(frame)
@@ -367,7 +367,7 @@ func (m *Model) lso(f []byte, ihs, mss int, flags uint8, maxFrame int) *wqeError
 		return errf(synLength, "LSO message of %d bytes exceeds 2^%d", len(f), m.opts.MaxLSOLog)
 	}
 	if hl+mss > maxFrame {
-		return errf(synLength, "LSO mss %d makes %d-byte frames (vport max %d)", mss, hl+mss, maxFrame)
+		return errf(synLength, "LSO mss %d makes %d-byte frames (port and vport max %d)", mss, hl+mss, maxFrame)
 	}
 	if h.IPEnd != len(f) {
 		return errf(synLength, "IP length says %d bytes, WQE carries %d", h.IPEnd, len(f))

@@ -64,6 +64,9 @@ type Options struct {
 	// PortMTU, when set, caps the vport MTU (hardware MTU, FCS included)
 	// whatever the driver asks for.
 	PortMTU int
+	// PortMaxMTU is the port's largest MTU, PMTU max_mtu (hardware MTU,
+	// FCS included; default 9978).
+	PortMaxMTU int
 }
 
 // Faults injects failures.
@@ -194,6 +197,7 @@ type Model struct {
 	need                           int // pages the firmware wants held
 	mtu                            uint32
 	promisc                        uint32
+	portMTU                        uint32 // PMTU admin_mtu (0: never set)
 	link                           bool
 
 	next  uint32
@@ -240,6 +244,9 @@ func New(o Options) *Model {
 	}
 	if o.MaxLSOLog == 0 {
 		o.MaxLSOLog = 16
+	}
+	if o.PortMaxMTU == 0 {
+		o.PortMaxMTU = 9978
 	}
 	if o.MaxWQESzSQ == 0 {
 		o.MaxWQESzSQ = 1024
@@ -300,10 +307,30 @@ func (m *Model) Stats() Stats {
 func (m *Model) MaxFrame() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if mtu := m.macMTU(); mtu > 0 {
+		return mtu - 4
+	}
+	return 0
+}
+
+// defaultPortMTU is the port MTU (hardware, FCS included) before the
+// driver writes PMTU: a 1500-byte Ethernet MTU. What firmware reports
+// after reset is UNCONFIRMED; Linux never relies on it, it writes
+// admin_mtu on every open (en_main.c mlx5e_set_mtu: mlx5_set_port_mtu,
+// then the vport MTU), and so does Snabb (connectx.lua set_port_mtu).
+const defaultPortMTU = 1522
+
+// macMTU is the hardware MTU the MAC applies: the port's (PMTU
+// oper_mtu) and the vport's, the smaller; 0 while the vport has none.
+func (m *Model) macMTU() int {
 	if m.mtu == 0 {
 		return 0
 	}
-	return int(m.mtu) - 4
+	port := uint32(defaultPortMTU)
+	if m.portMTU != 0 {
+		port = m.portMTU
+	}
+	return int(min(m.mtu, port))
 }
 
 // SetFaults replaces the injected faults.

@@ -155,6 +155,8 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 			m.promisc = u32(c, 0xF0) & 0xE0000000
 		}
 		return stOK, 0
+	case 0x805: // ACCESS_REGISTER
+		return m.accessRegister(opmod, in, out)
 	case 0x750: // QUERY_VPORT_STATE
 		st := uint32(0x10) // admin up
 		if m.link {
@@ -528,5 +530,44 @@ func (m *Model) modifyWQ(send bool, in []byte) (uint8, uint32) {
 		q.ci = 0
 	}
 	q.state = next
+	return stOK, 0
+}
+
+// accessRegister serves ACCESS_REGISTER (mlx5_ifc.h access_register_in:
+// op_mod 0 write, 1 read (Linux mlx5_core_access_reg: op_mod = !write);
+// register_id at 0x08 bits 15:0; register data from 0x10 in and out) for
+// PMTU, register 0x5003 (MLX5_REG_PMTU; pmtu_reg: local_port at +0x00
+// bits 23:16, max_mtu +0x04, admin_mtu +0x08, oper_mtu +0x0C, each bits
+// 31:16, hardware MTUs with the FCS). Linux writes admin_mtu for port 1
+// (mlx5_set_port_mtu) and reads max_mtu and oper_mtu
+// (mlx5_query_port_max_mtu, mlx5_query_port_oper_mtu).
+func (m *Model) accessRegister(opmod uint16, in, out []byte) (uint8, uint32) {
+	if id := bitsAt(in, 0x08, 15, 0); id != 0x5003 {
+		return stBadParam, id // only PMTU is modelled
+	}
+	r := in[0x10:]
+	if p := bitsAt(r, 0x00, 23, 16); p != 1 {
+		return stBadParam, p // one port
+	}
+	switch opmod {
+	case 0:
+		admin := bitsAt(r, 0x08, 31, 16)
+		if admin < 68 || admin > uint32(m.opts.PortMaxMTU) {
+			return stBadParam, admin
+		}
+		m.portMTU = admin
+	case 1:
+	default:
+		return stBadParam, uint32(opmod)
+	}
+	o := out[0x10:]
+	oper := uint32(defaultPortMTU)
+	if m.portMTU != 0 {
+		oper = m.portMTU
+	}
+	set32(o, 0x00, 1<<16)
+	set32(o, 0x04, uint32(m.opts.PortMaxMTU)<<16)
+	set32(o, 0x08, m.portMTU<<16)
+	set32(o, 0x0C, oper<<16)
 	return stOK, 0
 }
