@@ -396,6 +396,18 @@ func (n *NIC) queryCaps() error {
 	if (Field{0x40, 3, 3}).Get(gen) == 0 {
 		return errors.New("connectx: card has no Ethernet offloads (eth_net_offloads 0)")
 	}
+	// max_wqe_sz_sq (cmd_hca_cap bits 0x290..0x29F: byte 0x50 bits 15:0)
+	// is the largest send WQE in bytes; Linux sizes every SQ WQE by it
+	// (mlx5e_get_max_sq_wqebbs: min(MLX5_SEND_WQE_MAX_WQEBBS,
+	// max_wqe_sz_sq / MLX5_SEND_WQE_BB)). The driver needs 4 WQEBBs: a
+	// 142-byte inline header (10 DS), the control segment and one data
+	// segment.
+	sz := Field{0x50, 15, 0}.Get(gen)
+	n.caps.MaxSQWQEBBs = min(MaxWQEBBs, int(sz)/WQEBB)
+	if n.caps.MaxSQWQEBBs < 4 {
+		return fmt.Errorf("connectx: max_wqe_sz_sq %d bytes, the driver needs %d", sz, 4*WQEBB)
+	}
+	n.sq.maxDS = min(maxDS, n.caps.MaxSQWQEBBs*WQEBB/DSSize)
 	out, err = n.exec(newIn(OpQueryHCACap, 1<<1|1, 0x10), 0x1010)
 	if err != nil {
 		return fmt.Errorf("connectx: QUERY_HCA_CAP Ethernet offloads: %w", err)
@@ -409,13 +421,55 @@ func (n *NIC) queryCaps() error {
 	return nil
 }
 
-// vport sets the MTU and promiscuous mode and reads the MAC.
+// pmtu accesses the PMTU register of port 1 (ACCESS_REGISTER, register
+// data from input and output 0x10); admin is the MTU to write, 0 to read.
+func (n *NIC) pmtu(admin uint32) (max, oper uint32, err error) {
+	op := uint16(AccessRegRead)
+	if admin != 0 {
+		op = AccessRegWrite
+	}
+	in := newIn(OpAccessRegister, op, 0x20)
+	Field{0x08, 15, 0}.Set(in, RegPMTU)
+	Field{0x10, 23, 16}.Set(in, 1) // local_port
+	Field{0x18, 31, 16}.Set(in, admin)
+	out, err := n.exec(in, 0x20)
+	if err != nil {
+		return 0, 0, fmt.Errorf("connectx: ACCESS_REGISTER PMTU: %w", err)
+	}
+	return Field{0x14, 31, 16}.Get(out), Field{0x1C, 31, 16}.Get(out), nil
+}
+
+// vport sets the port MTU, then the vport's MTU and promiscuous mode, and
+// reads the MAC. The port MTU is written as Linux does on every open
+// (en_main.c mlx5e_set_mtu: mlx5_set_port_mtu, PMTU admin_mtu, then the
+// vport MTU) and Snabb does (connectx.lua set_port_mtu): the port's MAC
+// drops longer frames whatever the vport says. Its max_mtu is checked
+// first (mlx5_query_port_max_mtu) and oper_mtu read back after
+// (mlx5e_query_mtu, which Linux only warns about when it differs: here
+// it is an error, the frames the driver was configured for would not
+// pass).
 func (n *NIC) vport() error {
+	// hw MTU: IP MTU + Ethernet header + VLAN tag + FCS (Linux MLX5E_SW2HW_MTU).
+	hw := uint32(n.cfg.MTU + 14 + 4 + 4)
+	max, _, err := n.pmtu(0)
+	if err != nil {
+		return err
+	}
+	if hw > max {
+		return fmt.Errorf("connectx: MTU %d needs a port MTU of %d, the port takes %d", n.cfg.MTU, hw, max)
+	}
+	if _, _, err := n.pmtu(hw); err != nil {
+		return err
+	}
+	if _, oper, err := n.pmtu(0); err != nil {
+		return err
+	} else if oper != hw {
+		return fmt.Errorf("connectx: port MTU %d after setting %d", oper, hw)
+	}
 	in := newIn(OpModifyNICVportCtx, 0, 0x200)
 	put32(in, 0x0C, 1<<6|1<<4) // field_select: mtu, promisc
 	ctx := in[0x100:]
-	// hw MTU: IP MTU + Ethernet header + VLAN tag + FCS (Linux MLX5E_SW2HW_MTU).
-	put32(ctx, 0x24, uint32(n.cfg.MTU+14+4+4))
+	put32(ctx, 0x24, hw)
 	put32(ctx, 0xF0, 1<<31|1<<30|1<<29) // promisc_uc, promisc_mc, promisc_all
 	if _, err := n.exec(in, 0x10); err != nil {
 		return fmt.Errorf("connectx: MODIFY_NIC_VPORT_CONTEXT: %w", err)
@@ -624,7 +678,10 @@ func (n *NIC) createRQ() error {
 	n.rq.size = uint32(n.cfg.RxRing)
 	in := newIn(OpCreateRQ, 0, 0x110+8*((n.rq.buf.Len()+PageSize-1)/PageSize))
 	ctx := in[0x20:]
-	put32(ctx, 0, 1<<31|1<<28) // rlkey, vlan_strip_disable
+	// rlky, vsd (VLAN strip disable), flush_in_error_en (rqc bit 0x0D:
+	// after an error the card returns every posted WQE with a flush CQE,
+	// as Linux's mlx5e_create_rq asks)
+	put32(ctx, 0, 1<<31|1<<28|1<<18)
 	put32(ctx, 0x08, n.obj.rxcq)
 	n.wq(ctx[0x30:], n.rq.buf, 4, log2(n.cfg.RxRing), uint64(n.dbr.Addr())+64)
 	if n.obj.rq, err = n.create("CREATE_RQ", in, OpDestroyRQ); err != nil {
@@ -700,11 +757,11 @@ func (n *NIC) steering() error {
 	if _, err := n.exec(in, 0x10); err != nil {
 		return fmt.Errorf("connectx: SET_FLOW_TABLE_ROOT: %w", err)
 	}
-	n.push("SET_FLOW_TABLE_ROOT disconnect", func() error {
-		d := newIn(OpSetFlowTableRoot, 1, 0x40) // op_mod 1: disconnect
-		_, err := n.exec(d, 0x10)
-		return err
-	})
+	// No undo of its own: at Close the root table is destroyed directly,
+	// as Linux destroys the last table of the NIC RX root (fs_core.c
+	// update_root_ft_destroy: no next table, so root_ft = NULL and no
+	// command). SET_FLOW_TABLE_ROOT op_mod 1 (disconnect) is for an IPoIB
+	// underlay QPN, or a NIC TX root with reset_root_to_default.
 	return nil
 }
 

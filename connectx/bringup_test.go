@@ -63,7 +63,7 @@ func open(t *testing.T, mo func(*connectxtest.Options), f connectxtest.Faults, c
 	}
 	m := connectxtest.New(o)
 	m.SetFaults(f)
-	c := connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, FirmwareTimeout: 20 * time.Millisecond,
+	c := connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, FirmwareTimeout: 500 * time.Millisecond,
 		CmdTimeout: 20 * time.Millisecond}
 	if cfg != nil {
 		cfg(&c)
@@ -129,7 +129,7 @@ func TestPageRequestRefused(t *testing.T) {
 // the error names the command with its status and syndrome.
 func TestEachCommandFailing(t *testing.T) {
 	ops := []uint16{connectx.OpEnableHCA, connectx.OpQueryISSI, connectx.OpSetISSI, connectx.OpQueryPages, connectx.OpManagePages,
-		connectx.OpQueryHCACap, connectx.OpInitHCA, connectx.OpModifyNICVportCtx, connectx.OpQueryNICVportContext,
+		connectx.OpQueryHCACap, connectx.OpInitHCA, connectx.OpAccessRegister, connectx.OpModifyNICVportCtx, connectx.OpQueryNICVportContext,
 		connectx.OpAllocUAR, connectx.OpCreateEQ, connectx.OpAllocPD, connectx.OpAllocTransportDomain,
 		connectx.OpQuerySpecialContexts, connectx.OpCreateCQ, connectx.OpCreateTIS, connectx.OpCreateSQ, connectx.OpModifySQ,
 		connectx.OpCreateRQ, connectx.OpModifyRQ, connectx.OpCreateTIR, connectx.OpCreateFlowTable,
@@ -277,7 +277,7 @@ func TestPagesBeyondDMARegion(t *testing.T) {
 	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 1 << 20, CachedSize: 4 << 20, NoTrace: true}), live: map[dma.Addr]int{}}
 	m := connectxtest.New(connectxtest.Options{Mem: mem.Memory, BootPages: 6, InitPages: 12868})
 	n, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem,
-		FirmwareTimeout: 20 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
+		FirmwareTimeout: 500 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
 	if n != nil || err == nil || !strings.Contains(err.Error(), "init pages (stage 2): connectx: firmware page 1019 of 12868 wanted: DMA memory:") || errors.Is(err, connectx.ErrTimeout) {
 		t.Fatalf("Open: %v", err)
 	}

@@ -48,6 +48,11 @@ var DeviceIDs = []uint16{0x1013, 0x1015, 0x1017, 0x1019, 0x101B, 0x101D, 0x101F,
 var (
 	ErrNotConnectX = errors.New("connectx: not an mlx5 function")
 	ErrRingFull    = errors.New("connectx: send queue full")
+	// ErrRecovering refuses a send while the SQ recovers from an error
+	// (it wraps ErrRingFull: Full reports it, the send succeeds later).
+	ErrRecovering = fmt.Errorf("%w: recovering from a send error", ErrRingFull)
+	// ErrFlushed completes a send the card flushed after an error.
+	ErrFlushed     = errors.New("connectx: send flushed after a send error")
 	ErrClosed      = errors.New("connectx: NIC closed")
 	ErrTooManySegs = errors.New("connectx: packet needs more segments than one WQE holds")
 	ErrBadPacket   = errors.New("connectx: packet cannot be sent")
@@ -80,6 +85,11 @@ type Config struct {
 	// FirmwareTimeout bounds each wait for the initializing bit (Linux
 	// allows minutes; default 10 s); CmdTimeout each command (default 5 s).
 	FirmwareTimeout, CmdTimeout time.Duration
+	// SQFlushTimeout bounds the wait, after a send error, for the card
+	// to return every outstanding WQE with its flush CQE before the SQ is
+	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush); past it the
+	// card is failed (Fail).
+	SQFlushTimeout time.Duration
 	// MaxPages bounds the firmware pages the driver will give (default
 	// 16384, 64 MiB); a request beyond it is refused.
 	MaxPages int
@@ -97,13 +107,19 @@ type Config struct {
 type Stats struct {
 	TxPackets, TxLSO, TxBytes, TxErrors, TxRingFull, TxBadPacket uint64
 	RxPackets, RxBytes, RxErrors, RxCsumOK                       uint64
-	PagesGiven, PagesReturned, PageRequests, PageRefused         uint64
+	// TxGathered counts the sends whose fragments were more than one WQE
+	// carries and were copied into a bounce buffer.
+	TxGathered                                           uint64
+	PagesGiven, PagesReturned, PageRequests, PageRefused uint64
 	// PageCantGive counts the run-time page requests answered "cannot
 	// give" (MANAGE_PAGES op_mod 0); PageCantGiveFailed those answers the
 	// card refused.
 	PageCantGive, PageCantGiveFailed            uint64
 	Events, PortChanges, CQErrors, SQRecoveries uint64
-	Commands                                    int
+	// RQRecoveries counts receive queues reset after an error; RxFlushed
+	// the buffers the card returned with a flush CQE meanwhile.
+	RQRecoveries, RxFlushed uint64
+	Commands                int
 }
 
 // Caps are the capabilities read from the card.
@@ -112,6 +128,10 @@ type Caps struct {
 	MaxLSO        int // bytes (2^max_lso_cap)
 	WQEInlineMode int // 0 L2, 1 from the vport context, 2 none
 	MinInlineMode int // vport min_wqe_inline_mode (0 none, 1 L2, 2 IP, 3 TCP/UDP)
+	// MaxSQWQEBBs is the largest send WQE in 64-byte WQEBBs: the general
+	// caps' max_wqe_sz_sq (bytes) / 64, at most 16 (Linux
+	// mlx5e_get_max_sq_wqebbs).
+	MaxSQWQEBBs int
 }
 
 // objects are the numbers the card gave the driver's objects.
@@ -155,6 +175,9 @@ func (c *Config) defaults() error {
 	}
 	if c.FirmwareTimeout == 0 {
 		c.FirmwareTimeout = 10 * time.Second
+	}
+	if c.SQFlushTimeout == 0 {
+		c.SQFlushTimeout = 2 * time.Second
 	}
 	if c.CmdTimeout == 0 {
 		c.CmdTimeout = 5 * time.Second

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/internal/pkt"
@@ -27,7 +28,15 @@ type sendQueue struct {
 	slots  []txSlot
 	scr    [256]byte // inline header scratch
 	data   [][]byte
-	err    bool // an error CQE was seen: recover after draining
+	// err: an error CQE was seen; the SQ is in ERR. New sends are
+	// refused until every WQE came back with its own CQE (flush error
+	// CQEs after the error one), then the SQ is reset (errAt: when).
+	err   bool
+	errAt time.Time
+	// maxDS is the largest WQE the card takes, in 16-byte units: the
+	// general caps' max_wqe_sz_sq in WQEBBs, at most 16, times 4, at most
+	// 63 (ds_cnt is 6 bits).
+	maxDS int
 }
 
 // txSlot is the software state of the WQE starting at one WQEBB.
@@ -36,6 +45,25 @@ type txSlot struct {
 	cookie any
 	maps   []dma.Buffer
 	live   bool // a real send (not a NOP pad)
+	// bounce holds the fragments a WQE could not carry as data segments,
+	// copied into one buffer the card reads while the send is queued; a
+	// small one is kept for the slot's next gather.
+	bounce []byte
+}
+
+// keepBounce is the largest gather buffer a slot keeps for reuse (a
+// frame of the default MTU fits): bigger ones, made for LSO packets in
+// many views, are left to the garbage collector once the send completes.
+const keepBounce = 2048
+
+// reuse returns what of s a later WQE in the same slot keeps: its maps
+// slice and a small bounce buffer.
+func (s *txSlot) reuse() txSlot {
+	t := txSlot{maps: s.maps[:0]}
+	if cap(s.bounce) <= keepBounce {
+		t.bounce = s.bounce[:0]
+	}
+	return t
 }
 
 // recvQueue is the RQ: a ring of one-data-segment WQEs.
@@ -46,16 +74,30 @@ type recvQueue struct {
 	pool    dma.Buffer   // all receive buffers, one allocation
 	bufs    []dma.Buffer // slices of pool
 	slotBuf []uint32     // which buffer each WQE slot holds
+	// cc counts the CQEs taken for posted WQEs. err: a receive error
+	// other than a length error put the RQ in ERR; the buffers the card
+	// returns meanwhile (flush CQEs) and those the stack releases wait in
+	// free until every posted WQE came back (cc == pc), then the RQ is
+	// reset and they are posted again.
+	cc   uint32
+	err  bool
+	free []uint32
 }
 
-// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits (and 16
-// WQEBBs hold 64).
+// maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits
+// (MLX5_WQE_CTRL_DS_MASK 0x3f), although 16 WQEBBs would hold 64.
 const maxDS = 63
 
-// maxDataSegs is the most data segments a WQE always carries, beside the
-// largest inline header this driver writes (at most 14+8+60+60 bytes, 9 DS
-// with the eth segment): what Info reports.
-const maxDataSegs = maxDS - 1 - 9
+// maxInlineHdr is the longest header this driver copies inline for a send
+// whose headers the vport's inline mode asks for: Ethernet, two VLAN tags,
+// a 60-byte IPv4 header and a 60-byte TCP header (14+8+60+60).
+const maxInlineHdr = 14 + 8 + 60 + 60
+
+// dataSegs returns the data segments a WQE of at most maxDS units carries
+// in place beside an inline header of ihs bytes: the control segment, the
+// eth segment with its inline bytes (InlineDS; 10 units for 142 bytes),
+// the rest data segments.
+func dataSegs(maxDS, ihs int) int { return maxDS - 1 - InlineDS(ihs) }
 
 func (n *NIC) allocRx() error {
 	var err error
@@ -134,7 +176,9 @@ func (n *NIC) minInline(head []byte, total int) int {
 
 // Transmit queues one frame given as fragments; csum asks the card for the
 // IPv4 header and TCP/UDP checksums. Fragments are sent in place after an
-// inline copy of the first header bytes.
+// inline copy of the first header bytes; a frame in more fragments than
+// one WQE has data segments for is copied into a bounce buffer (any number
+// of fragments is taken, as netstack.Device asks).
 func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 	total := 0
 	for _, f := range frags {
@@ -251,10 +295,40 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 	if n.broken != nil {
 		return nil, n.broken
 	}
-	ds := 1 + InlineDS(len(inline)) + len(data)
-	if ds > maxDS {
+	if n.sq.err {
+		// The card still owns WQEs of the failed SQ: nothing new is
+		// queued until it returned them all (Linux stops the queue,
+		// mlx5e_tx_disable_queue). Full: the send succeeds later.
+		done := n.pollTx(nil)
+		if n.sq.err {
+			n.stats.TxRingFull++
+			return done, ErrRecovering
+		}
+		if n.broken != nil || n.failed != nil {
+			return done, errors.Join(n.broken, n.failed)
+		}
+		return n.postAfter(done, opcode, flags, mss, inline, data, cookie)
+	}
+	return n.postAfter(nil, opcode, flags, mss, inline, data, cookie)
+}
+
+// postAfter is post once the SQ is in service; done holds completions
+// already reclaimed.
+func (n *NIC) postAfter(done []completion, opcode, flags uint8, mss uint16, inline []byte, data [][]byte, cookie any) ([]completion, error) {
+	// A frame in more fragments than the WQE has data segments for is
+	// gathered into one bounce buffer (the netstack.Device contract: any
+	// number of fragments). One WQE is the most the card takes for one
+	// packet: an LSO send cannot be split across WQEs without rewriting
+	// its headers, and a plain send split across WQEs would be two frames.
+	gather := len(data) > dataSegs(n.sq.maxDS, len(inline))
+	segs := len(data)
+	if gather {
+		segs = 1
+	}
+	ds := 1 + InlineDS(len(inline)) + segs
+	if ds > n.sq.maxDS {
 		n.stats.TxBadPacket++
-		return nil, fmt.Errorf("%w: %d data segments after %d inline bytes (%d DS, max %d)", ErrTooManySegs, len(data), len(inline), ds, maxDS)
+		return done, fmt.Errorf("%w: %d inline bytes and %d data segments make %d DS, the card takes %d", ErrTooManySegs, len(inline), segs, ds, n.sq.maxDS)
 	}
 	nbb := uint32((ds + 3) / 4)
 	sq := &n.sq
@@ -265,7 +339,6 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		}
 		return pad + nbb
 	}
-	var done []completion
 	if sq.size-(sq.pc-sq.cc) < need() {
 		done = n.pollTx(done)
 	}
@@ -279,11 +352,28 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		clear(w)
 		c := CtrlSeg{WQEIndex: uint16(sq.pc), Opcode: OpcodeNOP, SQN: n.obj.sq, DS: 1}
 		c.Encode(w)
-		sq.slots[at] = txSlot{n: 1, maps: sq.slots[at].maps[:0]}
+		sq.slots[at] = sq.slots[at].reuse()
+		sq.slots[at].n = 1
 		sq.pc++
 	}
 	at := sq.pc & (sq.size - 1)
 	maps := sq.slots[at].maps[:0] // reuse the slot's slice: no allocation per send
+	bounce := sq.slots[at].bounce[:0]
+	if gather {
+		total := 0
+		for _, d := range data {
+			total += len(d)
+		}
+		if cap(bounce) < total {
+			bounce = make([]byte, 0, total)
+		}
+		for _, d := range data {
+			bounce = append(bounce, d...)
+		}
+		sq.data = append(sq.data[:0], bounce)
+		data = sq.data
+		n.stats.TxGathered++
+	}
 	for _, d := range data {
 		// Mapped in place in the slot's slice: no dma.Buffer copies.
 		maps = append(maps, dma.Buffer{})
@@ -306,7 +396,7 @@ func (n *NIC) post(opcode, flags uint8, mss uint16, inline []byte, data [][]byte
 		d.Encode(w[off:])
 		off += DSSize
 	}
-	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true}
+	sq.slots[at] = txSlot{n: nbb, cookie: cookie, maps: maps, live: true, bounce: bounce}
 	sq.pc += nbb
 	n.stats.TxPackets++
 	n.stats.TxBytes += uint64(len(inline))
@@ -353,7 +443,7 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 			done = append(done, completion{s.cookie, e})
 		}
 		sq.cc += s.n
-		*s = txSlot{maps: s.maps[:0]}
+		*s = s.reuse()
 		if last {
 			break
 		}
@@ -361,7 +451,11 @@ func (n *NIC) retire(done []completion, counter uint16, err error, all bool) []c
 	return done
 }
 
-// pollTx handles the TX CQ.
+// pollTx handles the TX CQ. Every CQE retires the WQEs up to the one it
+// names: a good one completes them, an error CQE (the SQ moved to ERR)
+// and the flush error CQEs that follow it (syndrome 0x05, one per WQE the
+// card still held, as flush_in_error_en asks) complete theirs with an
+// error.
 func (n *NIC) pollTx(done []completion) []completion {
 	q := &n.txcq
 	seen := false
@@ -376,8 +470,14 @@ func (n *NIC) pollTx(done []completion) []completion {
 		case c.Opcode == CQEOpReq:
 			done = n.retire(done, c.WQECounter, nil, false)
 		case c.Opcode == CQEOpReqErr:
-			n.sq.err = true
-			done = n.retire(done, c.WQECounter, fmt.Errorf("%w: syndrome %#x vendor %#x", ErrSendFailed, c.Syndrome, c.VendorSynd), false)
+			if !n.sq.err {
+				n.sq.err, n.sq.errAt = true, time.Now()
+			}
+			cause := ErrSendFailed
+			if c.Syndrome == SyndromeFlush {
+				cause = ErrFlushed
+			}
+			done = n.retire(done, c.WQECounter, fmt.Errorf("%w: syndrome %#x vendor %#x", cause, c.Syndrome, c.VendorSynd), false)
 		default:
 			n.stats.TxErrors++
 		}
@@ -392,20 +492,34 @@ func (n *NIC) pollTx(done []completion) []completion {
 	return done
 }
 
-// recoverSQ aborts what is left on a failed SQ and returns it to service
-// (MODIFY_SQ ERR->RST->RDY; counters restart at 0, Linux
-// mlx5e_reset_txqsq_cc_pc).
+// recoverSQ returns a failed SQ to service once the card has given back
+// every WQE, as Linux's mlx5e_tx_reporter_err_cqe_recover does: wait
+// until cc == pc (mlx5e_wait_for_sq_flush), MODIFY_SQ ERR->RST->RDY
+// (mlx5e_health_sq_to_ready), counters back to 0
+// (mlx5e_reset_txqsq_cc_pc). Until then the WQEs, their buffers and their
+// ring slots are the card's. When the flush CQEs do not come within
+// SQFlushTimeout (Linux gives up after 2 s and leaves the queue stopped)
+// the card is failed as Fail does: Bus Master Enable off first, then the
+// sends still queued complete with an error.
 func (n *NIC) recoverSQ(done []completion) []completion {
 	sq := &n.sq
-	done = n.retire(done, 0, ErrSendFailed, true)
+	if sq.cc != sq.pc {
+		if time.Since(sq.errAt) > n.cfg.SQFlushTimeout {
+			done = append(done, n.failLocked(fmt.Errorf("SQ %#x flush timed out after %v (cc %d, pc %d)", n.obj.sq, n.cfg.SQFlushTimeout, sq.cc, sq.pc))...)
+		}
+		return done
+	}
 	sq.err = false
 	n.stats.SQRecoveries++
 	if err := n.modifyState(OpModifySQ, n.obj.sq, StateERR, StateRST); err != nil {
+		n.broken = fmt.Errorf("connectx: send queue recovery: %w", err)
 		return done
 	}
 	sq.pc, sq.cc = 0, 0
 	storeBE32(n.dbr.Bytes(), dbrSQ+4, 0)
-	_ = n.modifyState(OpModifySQ, n.obj.sq, StateRST, StateRDY)
+	if err := n.modifyState(OpModifySQ, n.obj.sq, StateRST, StateRDY); err != nil {
+		n.broken = fmt.Errorf("connectx: send queue recovery: %w", err)
+	}
 	return done
 }
 
@@ -510,6 +624,10 @@ func (f *Frame) Release() error {
 	if n.closed {
 		return nil
 	}
+	if n.rq.err {
+		n.rq.free = append(n.rq.free, f.id) // posted when the RQ is back
+		return nil
+	}
 	n.postRx(f.id)
 	n.mem.Barrier()
 	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
@@ -518,6 +636,10 @@ func (f *Frame) Release() error {
 
 // Receive returns the next frame, (nil, nil) when none waits, or an error
 // for a frame the card reported bad (counted; its buffer is reposted).
+// A receive error other than a length error puts the RQ in ERR; the
+// card then returns every posted buffer with a flush CQE (taken here
+// without a report) and, once all are back, the RQ is reset and refilled
+// (Linux en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover).
 func (n *NIC) Receive() (netstack.Frame, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -525,37 +647,87 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		return nil, nil
 	}
 	q := &n.rxcq
-	e := q.next()
-	if e == nil {
-		return nil, nil
-	}
-	n.mem.Barrier()
-	c, err := DecodeCQE(e)
-	q.cc++
-	n.mem.Barrier()
-	storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
-	id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
-	b := &n.rq.bufs[id]
-	if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len()-RxAlign {
-		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-		n.stats.RxPackets++
-		n.stats.RxBytes += uint64(c.ByteCnt)
-		l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
-		if l3ok && l4ok {
-			n.stats.RxCsumOK++
+	for {
+		e := q.next()
+		if e == nil {
+			return nil, nil
 		}
-		return &Frame{n: n, id: id, data: b.Bytes()[RxAlign : RxAlign+c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
-			csum: c.CheckSum}, nil
+		n.mem.Barrier()
+		c, err := DecodeCQE(e)
+		q.cc++
+		n.mem.Barrier()
+		storeBE32(n.dbr.Bytes(), dbrRxCQ, q.cc&0xFFFFFF)
+		n.rq.cc++
+		id := n.rq.slotBuf[uint32(c.WQECounter)&(n.rq.size-1)]
+		b := &n.rq.bufs[id]
+		if err == nil && c.Opcode == CQEOpRespSend && int(c.ByteCnt) <= b.Len()-RxAlign && !n.rq.err {
+			n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+			n.stats.RxPackets++
+			n.stats.RxBytes += uint64(c.ByteCnt)
+			l3ok, l4ok := c.HdsIPExt&CQEL3OK != 0, c.HdsIPExt&CQEL4OK != 0
+			if l3ok && l4ok {
+				n.stats.RxCsumOK++
+			}
+			return &Frame{n: n, id: id, data: b.Bytes()[RxAlign : RxAlign+c.ByteCnt], ip4: l3ok && c.L3Type() == CQEL3TypeIPv4, l4: l3ok && l4ok,
+				csum: c.CheckSum}, nil
+		}
+		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
+		queueErr := err == nil && c.Opcode == CQEOpRespErr && c.Syndrome != SyndromeLength
+		if queueErr || n.rq.err {
+			// The RQ is in ERR: this buffer waits for the reset.
+			n.rq.free = append(n.rq.free, id)
+			first := !n.rq.err
+			n.rq.err = true
+			if c.Syndrome == SyndromeFlush {
+				n.stats.RxFlushed++
+			} else {
+				n.stats.RxErrors++
+			}
+			n.recoverRQ()
+			if first {
+				return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x: receive queue in error, recovering", ErrRxError, c.Opcode, c.Syndrome)
+			}
+			continue
+		}
+		n.stats.RxErrors++
+		n.postRx(id)
+		n.mem.Barrier()
+		storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrRxError, err)
+		}
+		return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
 	}
-	n.stats.RxErrors++
-	n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-	n.postRx(id)
+}
+
+// recoverRQ returns an RQ in ERR to service once the card has given back
+// every posted WQE (cc == pc): MODIFY_RQ ERR->RST, counters to 0,
+// RST->RDY, then the buffers it holds are posted again (Linux
+// mlx5e_rx_reporter_err_rq_cqe_recover: mlx5e_flush_rq, then
+// mlx5e_activate_rq). Buffers lent to the stack are posted when released.
+func (n *NIC) recoverRQ() {
+	rq := &n.rq
+	if rq.cc != rq.pc {
+		return
+	}
+	rq.err = false
+	n.stats.RQRecoveries++
+	if err := n.modifyState(OpModifyRQ, n.obj.rq, StateERR, StateRST); err != nil {
+		n.broken = fmt.Errorf("connectx: receive queue recovery: %w", err)
+		return
+	}
+	rq.pc, rq.cc = 0, 0
+	storeBE32(n.dbr.Bytes(), dbrRQ, 0)
+	if err := n.modifyState(OpModifyRQ, n.obj.rq, StateRST, StateRDY); err != nil {
+		n.broken = fmt.Errorf("connectx: receive queue recovery: %w", err)
+		return
+	}
+	for _, id := range rq.free {
+		n.postRx(id)
+	}
+	rq.free = rq.free[:0]
 	n.mem.Barrier()
-	storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRxError, err)
-	}
-	return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
+	storeBE32(n.dbr.Bytes(), dbrRQ, rq.pc&0xFFFF)
 }
 
 // Close tears the function down: objects destroyed, HCA torn down, pages
@@ -611,11 +783,16 @@ func (n *NIC) Fail(cause error) {
 		n.mu.Unlock()
 		return
 	}
-	n.failed = fmt.Errorf("%w: %v", ErrFailed, cause)
-	n.stopBusMaster()
-	done := n.retire(nil, 0, n.failed, true)
+	done := n.failLocked(cause)
 	n.mu.Unlock()
 	n.complete(done)
+}
+
+// failLocked is Fail with n.mu held; it returns the completions to give.
+func (n *NIC) failLocked(cause error) []completion {
+	n.failed = fmt.Errorf("%w: %v", ErrFailed, cause)
+	n.stopBusMaster()
+	return n.retire(nil, 0, n.failed, true)
 }
 
 // Check asks the card for its vport state (QUERY_VPORT_STATE), which also
@@ -648,11 +825,15 @@ func (n *NIC) Info() netstack.DeviceInfo {
 	if n.caps.MaxLSO > 0 {
 		segs = min(n.caps.MaxLSO, 1<<16) / 536
 	}
+	// Fragments (payload views) beyond what one WQE carries beside the
+	// longest inline header are gathered into a bounce buffer: Info
+	// states how many go in place.
+	inPlace := dataSegs(n.sq.maxDS, maxInlineHdr)
 	return netstack.DeviceInfo{MAC: n.mac, MaxFrame: n.cfg.MTU + 18, TxCsum: n.caps.CsumCap, RxCsum: n.caps.CsumCap,
-		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: maxDataSegs, TxAlign: 1, MaxGSOSegments: segs,
+		Segmentation: n.caps.MaxLSO > 0, MaxTxDescs: inPlace, TxAlign: 1, MaxGSOSegments: segs,
 		// TransmitGSO inlines the headers and gives each payload view one
 		// data segment.
-		MaxGSOViews: maxDataSegs}
+		MaxGSOViews: inPlace}
 }
 
 // SetTxDone implements netstack.Device.

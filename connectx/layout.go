@@ -75,6 +75,7 @@ const (
 	OpDeallocPD            = 0x801
 	OpAllocUAR             = 0x802
 	OpDeallocUAR           = 0x803
+	OpAccessRegister       = 0x805
 	OpAllocTransportDomain = 0x816
 	OpDeallocTransportDom  = 0x817
 	OpCreateTIR            = 0x900
@@ -94,6 +95,16 @@ const (
 	OpDestroyFlowGroup     = 0x934
 	OpSetFlowTableEntry    = 0x936
 	OpDeleteFlowTableEntry = 0x938
+)
+
+// ACCESS_REGISTER op_mods (Linux mlx5_core_access_reg: op_mod = !write)
+// and the PMTU register (MLX5_REG_PMTU; mlx5_ifc.h pmtu_reg: local_port
+// at +0x00 bits 23:16, max_mtu +0x04, admin_mtu +0x08, oper_mtu +0x0C,
+// each bits 31:16).
+const (
+	AccessRegWrite = 0
+	AccessRegRead  = 1
+	RegPMTU        = 0x5003
 )
 
 // Page stages (QUERY_PAGES op_mod) and MANAGE_PAGES op_mods.

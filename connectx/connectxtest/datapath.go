@@ -69,10 +69,81 @@ func (m *Model) readWQ(q *wq, off uint64, n int) ([]byte, error) {
 	return b, nil
 }
 
+// errCQE builds a requester error CQE (cq.h struct mlx5_err_cqe:
+// syndrome at 0x37, sop_drop_qpn at 0x38, wqe_counter at 0x3C, op_own
+// MLX5_CQE_REQ_ERR 0xD in bits 7:4).
+func errCQE(sqn, index uint32, syn uint8) []byte {
+	e := make([]byte, 64)
+	e[0x37] = syn
+	binary.BigEndian.PutUint32(e[0x38:], sqn)
+	binary.BigEndian.PutUint16(e[0x3C:], uint16(index))
+	e[0x3F] = 0xD << 4
+	return e
+}
+
+// wqebbs returns the size of the WQE at the card's counter from its
+// ds_cnt (1 when unreadable or 0: the card steps over it).
+func (m *Model) wqebbs(q *wq, size uint32) uint32 {
+	ctrl, err := m.readWQ(q, uint64(q.ci&(size-1))*64, 16)
+	if err != nil {
+		return 1
+	}
+	return max(1, (u32(ctrl, 4)&0x3F+3)/4)
+}
+
+// flushSQ completes every WQE from the card's counter up to the doorbell
+// record pc of an SQ in ERR with a flush error CQE of its own (syndrome
+// MLX5_CQE_SYNDROME_WR_FLUSH_ERR 0x05, opcode MLX5_CQE_REQ_ERR), when the
+// SQ was created with flush_in_error_en (mlx5_ifc.h sqc_bits; Linux sets
+// it in mlx5e_create_sq and waits for these CQEs, cc == pc, before it
+// resets the SQ: en/reporter_tx.c mlx5e_tx_reporter_err_cqe_recover,
+// mlx5e_wait_for_sq_flush). The card writes them after the error CQE, in
+// WQE order; under Faults.HoldFlush they stay in its pipeline until
+// ReleaseFlush: late, possibly after the driver moved the SQ on.
+func (m *Model) flushSQ(sqn uint32, q *wq, size, pc uint32) {
+	if !q.flush {
+		return
+	}
+	for q.ci != pc && (pc-q.ci)&0xFFFF <= size {
+		e := errCQE(sqn, q.ci, 0x05)
+		m.stats.TxFlushed++
+		if m.faults.HoldFlush {
+			m.lateFlush = append(m.lateFlush, lateCQE{q, q.cqn, e})
+		} else {
+			m.postCQE(q.cqn, e)
+		}
+		q.ci = (q.ci + m.wqebbs(q, size)) & 0xFFFF
+	}
+}
+
+// lateCQE is a flush CQE the card has yet to write.
+type lateCQE struct {
+	q   *wq
+	cqn uint32
+	cqe []byte
+}
+
+// ReleaseFlush ends HoldFlush and writes the flush CQEs held meanwhile.
+func (m *Model) ReleaseFlush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faults.HoldFlush = false
+	for _, l := range m.lateFlush {
+		m.postCQE(l.cqn, l.cqe)
+	}
+	m.lateFlush = nil
+}
+
 // processSQ consumes the WQEs the doorbell record publishes.
 func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
+	if q.state == 3 {
+		// ERR: nothing is executed; with flush_in_error_en what the
+		// driver posts meanwhile is flushed too.
+		m.flushSQ(sqn, q, uint32(1)<<q.logSize, atomicLoadBE(q.dbr[4:])&0xFFFF)
+		return
+	}
 	if q.state != 1 {
-		return // RST or ERR: nothing is executed
+		return // RST: nothing is executed
 	}
 	if !m.busMaster() {
 		// The card cannot fetch the WQEs: with Bus Master Enable clear a
@@ -99,13 +170,10 @@ func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
 		if werr != nil {
 			m.stats.TxWQEErrors++
 			m.violation("SQ %#x WQE %d: %s", sqn, q.ci, werr.msg)
-			var e [64]byte
-			e[0x37] = werr.syn
-			binary.BigEndian.PutUint32(e[0x38:], sqn)
-			binary.BigEndian.PutUint16(e[0x3C:], uint16(q.ci))
-			e[0x3F] = 0xD << 4
 			q.state = 3
-			m.postCQE(q.cqn, e[:])
+			m.postCQE(q.cqn, errCQE(sqn, q.ci, werr.syn))
+			q.ci = (q.ci + m.wqebbs(q, size)) & 0xFFFF
+			m.flushSQ(sqn, q, size, pc)
 			return
 		}
 		if cqe != nil {
@@ -136,8 +204,12 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 		return 0, nil, errf(synQPOp, "ds count 0")
 	}
 	nbb := uint32(ds+3) / 4
-	if nbb > 16 {
-		return 0, nil, errf(synQPOp, "%d WQEBBs (max 16)", nbb)
+	// A send WQE is at most max_wqe_sz_sq bytes (the general caps the
+	// model reports; PRM "HCA Capabilities": maximum WQE size for an SQ;
+	// Linux mlx5e_get_max_sq_wqebbs) and at most MLX5_SEND_WQE_MAX_WQEBBS
+	// 16 (qp.h).
+	if lim := uint32(min(16, m.opts.MaxWQESzSQ/64)); nbb > lim {
+		return 0, nil, errf(synQPOp, "%d WQEBBs, max_wqe_sz_sq allows %d", nbb, lim)
 	}
 	if at+nbb > size && !m.faults.AllowWrap {
 		return 0, nil, errf(synQPOp, "WQE of %d WQEBBs at %d crosses the end of a %d-WQEBB ring", nbb, at, size)
@@ -199,13 +271,13 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 	if cqe != nil {
 		binary.BigEndian.PutUint32(cqe[0x2C:], uint32(len(frame)))
 	}
-	maxFrame := int(m.mtu) - 4 // hw MTU counts the FCS
+	maxFrame := m.macMTU() - 4 // hw MTU counts the FCS
 	if opcode == opSend {
 		if mss != 0 {
 			return 0, nil, errf(synQPOp, "SEND with mss %d", mss)
 		}
 		if len(frame) > maxFrame {
-			return 0, nil, errf(synLength, "frame of %d bytes exceeds the vport MTU (%d)", len(frame), maxFrame)
+			return 0, nil, errf(synLength, "frame of %d bytes exceeds the port and vport MTU (%d)", len(frame), maxFrame)
 		}
 		m.csum(frame, flags)
 		m.emit(frame)
@@ -295,7 +367,7 @@ func (m *Model) lso(f []byte, ihs, mss int, flags uint8, maxFrame int) *wqeError
 		return errf(synLength, "LSO message of %d bytes exceeds 2^%d", len(f), m.opts.MaxLSOLog)
 	}
 	if hl+mss > maxFrame {
-		return errf(synLength, "LSO mss %d makes %d-byte frames (vport max %d)", mss, hl+mss, maxFrame)
+		return errf(synLength, "LSO mss %d makes %d-byte frames (port and vport max %d)", mss, hl+mss, maxFrame)
 	}
 	if h.IPEnd != len(f) {
 		return errf(synLength, "IP length says %d bytes, WQE carries %d", h.IPEnd, len(f))
@@ -349,6 +421,10 @@ func (m *Model) Deliver(frame []byte) bool {
 	if ok {
 		rq = m.rqs[m.tirs[fe.tir][0]]
 	}
+	if rq != nil && rq.state == 3 {
+		m.stats.RxQueueError++ // an RQ in ERR takes nothing
+		return false
+	}
 	if rq == nil || rq.state != 1 {
 		m.stats.RxNoSteering++
 		return false
@@ -366,11 +442,18 @@ func (m *Model) Deliver(frame []byte) bool {
 	rq.ci = (rq.ci + 1) & 0xFFFF
 	fail := func(syn uint8, format string, a ...any) bool {
 		m.stats.RxErrors++
-		m.violation("RQ WQE: "+format, a...)
+		if format != "" {
+			m.violation("RQ WQE: "+format, a...)
+		}
 		cqe[0x37] = syn
 		cqe[0x3F] = 0xE << 4
 		m.postCQE(rq.cqn, cqe)
+		m.rqError(rq, pc)
 		return false
+	}
+	if syn := m.faults.FailRx; syn != 0 {
+		m.faults.FailRx = 0
+		return fail(syn, "")
 	}
 	if err != nil {
 		return fail(synProt, "unreadable: %v", err)
@@ -402,6 +485,32 @@ func (m *Model) Deliver(frame []byte) bool {
 	m.stats.RxFrames++
 	m.postCQE(rq.cqn, cqe)
 	return true
+}
+
+// rqError moves an RQ to ERR after a responder error other than a length
+// error and, with flush_in_error_en, completes every WQE posted up to the
+// doorbell record pc with a flush error CQE (MLX5_CQE_RESP_ERR, syndrome
+// MLX5_CQE_SYNDROME_WR_FLUSH_ERR 0x05). Linux treats such a CQE as the
+// RQ's failure (en_rx.c mlx5e_handle_rx_err_cqe: every syndrome but
+// LOCAL_LENGTH_ERR triggers the reporter) and recovers it only from ERR
+// (en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover: query the
+// state, ERR->RST, free the descriptors, RST->RDY); it sets
+// flush_in_error_en on its RQs (en_main.c mlx5e_create_rq). A length
+// error only completes the WQE in error: the RQ carries on.
+func (m *Model) rqError(rq *wq, pc uint32) {
+	rq.state = 3
+	if !rq.flush {
+		return
+	}
+	for rq.ci != pc {
+		e := make([]byte, 64)
+		binary.BigEndian.PutUint16(e[0x3C:], uint16(rq.ci))
+		e[0x37] = 0x05
+		e[0x3F] = 0xE << 4
+		m.stats.RxFlushed++
+		m.postCQE(rq.cqn, e)
+		rq.ci = (rq.ci + 1) & 0xFFFF
+	}
 }
 
 // rxVerdict fills the CQE's checksum fields from the frame.

@@ -54,6 +54,9 @@ type Options struct {
 	MinInlineMode, WQEInlineMode int
 	// MaxLSOLog is max_lso_cap (default 16: 64 KiB).
 	MaxLSOLog int
+	// MaxWQESzSQ is the general caps' max_wqe_sz_sq, the largest send WQE
+	// in bytes (default 1024: 16 WQEBBs, MLX5_SEND_WQE_MAX_WQEBBS).
+	MaxWQESzSQ int
 	// ReservedLKey is what QUERY_SPECIAL_CONTEXTS reports (default 0x77).
 	ReservedLKey uint32
 	// LinkDown starts with the port down.
@@ -61,6 +64,9 @@ type Options struct {
 	// PortMTU, when set, caps the vport MTU (hardware MTU, FCS included)
 	// whatever the driver asks for.
 	PortMTU int
+	// PortMaxMTU is the port's largest MTU, PMTU max_mtu (hardware MTU,
+	// FCS included; default 9978).
+	PortMaxMTU int
 }
 
 // Faults injects failures.
@@ -75,6 +81,14 @@ type Faults struct {
 	// HoldTx makes the card take doorbells but not execute them until
 	// ReleaseTx (a paused port: the send queue fills up).
 	HoldTx bool
+	// HoldFlush keeps the flush error CQEs an SQ in error owes (one per
+	// outstanding WQE, after the error CQE) in the card until
+	// ReleaseFlush: they arrive late.
+	HoldFlush bool
+	// FailRx makes the next frame delivered to an RQ fail with this
+	// responder syndrome (e.g. 0x04, local protection, as a bad lkey or
+	// an unreachable buffer gives) instead of landing.
+	FailRx uint8
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
@@ -85,8 +99,13 @@ type Faults struct {
 type Stats struct {
 	Commands, CmdFailed, Delivery                     int
 	TxFrames, TxBytes, TxLSO, TxSegments, TxWQEErrors int
-	TxCsumL3, TxCsumL4                                int
-	RxFrames, RxNoBuffer, RxNoSteering, RxErrors      int
+	// TxFlushed counts the WQEs completed with a flush error.
+	TxFlushed                                    int
+	TxCsumL3, TxCsumL4                           int
+	RxFrames, RxNoBuffer, RxNoSteering, RxErrors int
+	// RxFlushed counts the RQ WQEs completed with a flush error;
+	// RxQueueError the frames dropped because the RQ was in ERR.
+	RxFlushed, RxQueueError                           int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
@@ -178,6 +197,7 @@ type Model struct {
 	need                           int // pages the firmware wants held
 	mtu                            uint32
 	promisc                        uint32
+	portMTU                        uint32 // PMTU admin_mtu (0: never set)
 	link                           bool
 
 	next  uint32
@@ -196,8 +216,10 @@ type Model struct {
 	root  uint32
 	out   [][]byte
 	held  map[uint32][]byte // doorbells taken under HoldTx
-	rxScr []byte
-	txScr []byte
+	// lateFlush are flush CQEs the card owes, held under HoldFlush.
+	lateFlush []lateCQE
+	rxScr     []byte
+	txScr     []byte
 }
 
 // New returns a powered-up model: firmware initializing, nothing enabled.
@@ -222,6 +244,12 @@ func New(o Options) *Model {
 	}
 	if o.MaxLSOLog == 0 {
 		o.MaxLSOLog = 16
+	}
+	if o.PortMaxMTU == 0 {
+		o.PortMaxMTU = 9978
+	}
+	if o.MaxWQESzSQ == 0 {
+		o.MaxWQESzSQ = 1024
 	}
 	if o.ReservedLKey == 0 {
 		o.ReservedLKey = 0x77
@@ -248,6 +276,7 @@ func (m *Model) reset() {
 	m.cqs, m.tises, m.sqs, m.rqs = map[uint32]*cq{}, map[uint32]uint32{}, map[uint32]*wq{}, map[uint32]*wq{}
 	m.tirs, m.fts, m.fgs, m.ftes = map[uint32][2]uint32{}, map[uint32]uint32{}, map[uint32]fgroup{}, map[[2]uint32]fte{}
 	m.root = 0
+	m.lateFlush = nil
 }
 
 func (m *Model) violation(format string, a ...any) {
@@ -268,6 +297,40 @@ func (m *Model) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.stats
+}
+
+// MaxFrame returns the longest frame, without FCS, the port's MAC takes:
+// the hardware MTU the driver gave the vport (MODIFY_NIC_VPORT_CONTEXT
+// mtu, which counts the FCS: Linux MLX5E_SW2HW_MTU) less 4; 0 before it
+// is set. A ConnectX MAC drops and counts a longer frame (Linux mlx5
+// counters.rst: rx_oversize_pkts_phy).
+func (m *Model) MaxFrame() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mtu := m.macMTU(); mtu > 0 {
+		return mtu - 4
+	}
+	return 0
+}
+
+// defaultPortMTU is the port MTU (hardware, FCS included) before the
+// driver writes PMTU: a 1500-byte Ethernet MTU. What firmware reports
+// after reset is UNCONFIRMED; Linux never relies on it, it writes
+// admin_mtu on every open (en_main.c mlx5e_set_mtu: mlx5_set_port_mtu,
+// then the vport MTU), and so does Snabb (connectx.lua set_port_mtu).
+const defaultPortMTU = 1522
+
+// macMTU is the hardware MTU the MAC applies: the port's (PMTU
+// oper_mtu) and the vport's, the smaller; 0 while the vport has none.
+func (m *Model) macMTU() int {
+	if m.mtu == 0 {
+		return 0
+	}
+	port := uint32(defaultPortMTU)
+	if m.portMTU != 0 {
+		port = m.portMTU
+	}
+	return int(min(m.mtu, port))
 }
 
 // SetFaults replaces the injected faults.

@@ -155,6 +155,8 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 			m.promisc = u32(c, 0xF0) & 0xE0000000
 		}
 		return stOK, 0
+	case 0x805: // ACCESS_REGISTER
+		return m.accessRegister(opmod, in, out)
 	case 0x750: // QUERY_VPORT_STATE
 		st := uint32(0x10) // admin up
 		if m.link {
@@ -249,9 +251,21 @@ func (m *Model) flow(op, opmod uint16, in, out []byte) (uint8, uint32) {
 	}
 	tid := bitsAt(in, 0x14, 23, 0)
 	switch {
-	case op == 0x92F && opmod == 1: // SET_FLOW_TABLE_ROOT disconnect
-		m.root = 0
-		return stOK, 0
+	case op == 0x92F && opmod != 0:
+		// SET_FLOW_TABLE_ROOT op_mod 1 (disconnect) is what Linux sends
+		// only to drop an IPoIB underlay QPN (fs_cmd.c
+		// mlx5_cmd_update_root_ft with disconnect, from
+		// mlx5_fs_remove_rx_underlay_qpn) or, in later kernels, to reset a
+		// NIC TX root when the flow table caps report
+		// reset_root_to_default (mlx5_ifc.h flow_table_prop_layout). An
+		// Ethernet function's NIC RX root with no underlay QPN is never
+		// disconnected so: Linux destroys its last root table directly
+		// (fs_core.c update_root_ft_destroy: no next table, root_ft =
+		// NULL, no command). This model reports neither and refuses it;
+		// what silicon answers is UNCONFIRMED.
+		// (underlay_qpn, input 0x18 bits 23:0, means nothing on an
+		// Ethernet port either.)
+		return stBadParam, uint32(opmod)
 	case op == 0x930: // CREATE_FLOW_TABLE
 		ls := bitsAt(in, 0x18, 7, 0)
 		if ls > 16 {
@@ -268,22 +282,20 @@ func (m *Model) flow(op, opmod uint16, in, out []byte) (uint8, uint32) {
 	}
 	switch op {
 	case 0x931:
-		if m.root == tid {
-			return stBusy, tid
-		}
+		// The root table may be destroyed: steering then has no root
+		// (Linux fs_core.c update_root_ft_destroy, del_hw_flow_table).
 		for _, g := range m.fgs {
 			if g.table == tid {
 				return stBusy, tid
 			}
 		}
 		delete(m.fts, tid)
-		return stOK, 0
-	case 0x92F: // SET_FLOW_TABLE_ROOT; op_mod 1 disconnects
-		if opmod == 1 {
+		if m.root == tid {
 			m.root = 0
-		} else {
-			m.root = tid
 		}
+		return stOK, 0
+	case 0x92F: // SET_FLOW_TABLE_ROOT (op_mod 0)
+		m.root = tid
 		return stOK, 0
 	case 0x933: // CREATE_FLOW_GROUP
 		start, end := u32(in, 0x1C), u32(in, 0x24)
@@ -429,6 +441,9 @@ func (m *Model) createWQ(send bool, in, out []byte) (uint8, uint32) {
 	if !q.rlkey {
 		return stBadParam, 0x31 // the model only does physical addressing with the reserved lkey
 	}
+	if !send {
+		q.flush = (w0>>18)&1 != 0 // rqc flush_in_error_en (bit 0x0D)
+	}
 	if send {
 		q.flush = (w0>>28)&1 != 0
 		if n := bitsAt(c, 0x20, 31, 16); n != 1 {
@@ -502,8 +517,57 @@ func (m *Model) modifyWQ(send bool, in []byte) (uint8, uint32) {
 		return stBadParam, cur<<4 | next
 	}
 	if next == 0 {
+		// The driver resets its counters with the SQ (Linux
+		// mlx5e_reset_txqsq_cc_pc), and may do so only once every WQE
+		// came back with its CQE: mlx5e_tx_reporter_err_cqe_recover
+		// waits for the flush (cc == pc) before MODIFY_SQ ERR->RST.
+		for _, l := range m.lateFlush {
+			if l.q == q {
+				m.violation("MODIFY_SQ %#x to RST while the card still owes flush CQEs for its WQEs", n)
+				break
+			}
+		}
 		q.ci = 0
 	}
 	q.state = next
+	return stOK, 0
+}
+
+// accessRegister serves ACCESS_REGISTER (mlx5_ifc.h access_register_in:
+// op_mod 0 write, 1 read (Linux mlx5_core_access_reg: op_mod = !write);
+// register_id at 0x08 bits 15:0; register data from 0x10 in and out) for
+// PMTU, register 0x5003 (MLX5_REG_PMTU; pmtu_reg: local_port at +0x00
+// bits 23:16, max_mtu +0x04, admin_mtu +0x08, oper_mtu +0x0C, each bits
+// 31:16, hardware MTUs with the FCS). Linux writes admin_mtu for port 1
+// (mlx5_set_port_mtu) and reads max_mtu and oper_mtu
+// (mlx5_query_port_max_mtu, mlx5_query_port_oper_mtu).
+func (m *Model) accessRegister(opmod uint16, in, out []byte) (uint8, uint32) {
+	if id := bitsAt(in, 0x08, 15, 0); id != 0x5003 {
+		return stBadParam, id // only PMTU is modelled
+	}
+	r := in[0x10:]
+	if p := bitsAt(r, 0x00, 23, 16); p != 1 {
+		return stBadParam, p // one port
+	}
+	switch opmod {
+	case 0:
+		admin := bitsAt(r, 0x08, 31, 16)
+		if admin < 68 || admin > uint32(m.opts.PortMaxMTU) {
+			return stBadParam, admin
+		}
+		m.portMTU = admin
+	case 1:
+	default:
+		return stBadParam, uint32(opmod)
+	}
+	o := out[0x10:]
+	oper := uint32(defaultPortMTU)
+	if m.portMTU != 0 {
+		oper = m.portMTU
+	}
+	set32(o, 0x00, 1<<16)
+	set32(o, 0x04, uint32(m.opts.PortMaxMTU)<<16)
+	set32(o, 0x08, m.portMTU<<16)
+	set32(o, 0x0C, oper<<16)
 	return stOK, 0
 }

@@ -28,8 +28,17 @@
 // stream framing (a 4-byte big-endian length, then the Ethernet frame
 // without FCS): one peer at a time (a new connection replaces the old);
 // frames the card sends while no peer is connected are dropped and
-// counted; a frame whose length is not that of an Ethernet frame is
-// counted as malformed and the connection, whose framing is lost, closed.
+// counted. Whatever a length prefix within the framing limit announces is
+// a frame, as a cable carries it, and the card's MAC judges it: one
+// shorter than an Ethernet header is a runt, one longer than the port's
+// largest frame (the hardware MTU the driver set, less the FCS) is
+// oversize; both are counted and dropped, as a ConnectX MAC counts and
+// drops them (Linux mlx5 counters.rst rx_undersize_pkts_phy,
+// rx_oversize_pkts_phy), and the connection carries on. Garbage of a valid
+// length goes to the card like any frame. Only a length beyond the
+// framing limit, QEMU's NET_BUFSIZE (4096 + 65536: net_fill_rstate
+// refuses a longer packet), loses the framing: counted as malformed, and
+// the connection closed.
 //
 // A send doorbell whose first word is seen beside a stale second word is
 // taken when its second word lands, however late (the guest may be
@@ -59,11 +68,12 @@ import (
 	"github.com/tamanic/tamanic/connectx/connectxtest"
 )
 
-// Frame lengths accepted from the wire: a header and at most a jumbo
-// frame (QEMU's socket netdev itself takes up to 69632-byte packets).
+// Frame lengths on the wire: a frame shorter than an Ethernet header is a
+// runt; a length prefix beyond framingMax (QEMU's NET_BUFSIZE, the most
+// its socket netdev reads as one packet) breaks the framing.
 const (
-	minFrame = 14
-	maxFrame = 65536
+	minFrame   = 14
+	framingMax = 4096 + 65536
 )
 
 // Counters are the process's own counters, beside the model's.
@@ -74,6 +84,8 @@ type Counters struct {
 	WireRx         int `json:"wire_rx_frames"`
 	WireRxDropped  int `json:"wire_rx_no_buffer"`
 	WireMalformed  int `json:"wire_malformed"`
+	WireRunts      int `json:"wire_runts"`
+	WireOversize   int `json:"wire_oversize"`
 	WireTx         int `json:"wire_tx_frames"`
 	WireTxNoPeer   int `json:"wire_tx_no_peer"`
 	WireTxErrors   int `json:"wire_tx_errors"`
@@ -131,13 +143,13 @@ func (s *sim) serve(c net.Conn) {
 		s.mu.Unlock()
 	}()
 	var hdr [4]byte
-	buf := make([]byte, maxFrame)
+	buf := make([]byte, framingMax)
 	for {
 		if _, err := io.ReadFull(c, hdr[:]); err != nil {
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
-		if n < minFrame || n > maxFrame {
+		if n > framingMax {
 			s.mu.Lock()
 			s.c.WireMalformed++
 			fmt.Fprintf(s.out, "CXSIM PEER malformed frame length %d from %s: closing\n", n, c.RemoteAddr())
@@ -146,6 +158,18 @@ func (s *sim) serve(c net.Conn) {
 		}
 		if _, err := io.ReadFull(c, buf[:n]); err != nil {
 			return
+		}
+		if n < minFrame {
+			s.mu.Lock()
+			s.c.WireRunts++
+			s.mu.Unlock()
+			continue
+		}
+		if mf := s.model.MaxFrame(); mf > 0 && int(n) > mf {
+			s.mu.Lock()
+			s.c.WireOversize++
+			s.mu.Unlock()
+			continue
 		}
 		ok := s.model.Deliver(buf[:n])
 		s.mu.Lock()

@@ -51,7 +51,8 @@ func waitFor(t *testing.T, what string, f func() bool) {
 // TestWire: frames with no peer are dropped and counted; a peer gets each
 // frame with the 4-byte big-endian length; its frames reach the model
 // (which, not brought up, has no buffer: counted); a new connection
-// replaces the old; a length no Ethernet frame has closes the connection.
+// replaces the old; a runt is counted and dropped; a length beyond the
+// framing limit closes the connection.
 func TestWire(t *testing.T) {
 	s, out, l := newSim(t)
 	frame := bytes.Repeat([]byte{0xAB}, 60)
@@ -91,8 +92,13 @@ func TestWire(t *testing.T) {
 	if _, err := io.ReadFull(a, hdr[:]); err == nil {
 		t.Fatal("the replaced peer's connection is still open")
 	}
-	// Malformed: length 5.
+	// A runt (length 5) is counted and dropped; the connection stays.
 	b.Write([]byte{0, 0, 0, 5, 1, 2, 3, 4, 5})
+	waitFor(t, "runt", func() bool { return s.counters().WireRunts == 1 })
+	b.Write(msg)
+	waitFor(t, "frame after the runt", func() bool { return s.counters().WireRx == 2 })
+	// Malformed: a length beyond the framing limit.
+	b.Write(binary.BigEndian.AppendUint32(nil, framingMax+1))
 	waitFor(t, "malformed", func() bool { return s.counters().WireMalformed == 1 })
 	b.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(b, hdr[:]); err == nil {
@@ -100,7 +106,7 @@ func TestWire(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !strings.Contains(out.String(), "CXSIM PEER malformed frame length 5") {
+	if !strings.Contains(out.String(), "CXSIM PEER malformed frame length 69633") {
 		t.Fatalf("output:\n%s", out)
 	}
 }

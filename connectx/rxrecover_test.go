@@ -1,0 +1,60 @@
+package connectx_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/tamanic/tamanic/connectx"
+	"github.com/tamanic/tamanic/connectx/connectxtest"
+)
+
+// TestReceiveErrorRecovers: a receive error other than a length error
+// (local protection, syndrome 4) puts the RQ in ERR, and the card flushes
+// every posted buffer. The driver reports the error once, takes the
+// flush CQEs, resets the RQ and posts the buffers again (the ones the
+// stack holds when it releases them): reception goes on, it does not
+// stop for good.
+func TestReceiveErrorRecovers(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{MAC: [6]byte{2, 0xC7, 0, 0, 0, 2},
+		Config: func(c *connectx.Config) { c.RxRing = 16 }})
+	f := udp4(make([]byte, 200), true)
+	if !r.Model.Deliver(f) {
+		t.Fatal("first frame not delivered")
+	}
+	held, err := r.NIC.Receive()
+	if err != nil || held == nil {
+		t.Fatalf("first frame: %v %v", held, err)
+	}
+	r.Model.SetFaults(connectxtest.Faults{FailRx: 0x04})
+	if r.Model.Deliver(f) {
+		t.Fatal("the failing frame was delivered")
+	}
+	fr, err := r.NIC.Receive()
+	if fr != nil || !errors.Is(err, connectx.ErrRxError) {
+		t.Fatalf("after the error CQE: %v %v", fr, err)
+	}
+	if fr, err := r.NIC.Receive(); fr != nil || err != nil {
+		t.Fatalf("flush CQEs reported: %v %v", fr, err)
+	}
+	if err := held.Release(); err != nil { // lent during the error
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		g := udp4(bytes.Repeat([]byte{byte(i)}, 100+i), true)
+		if !r.Model.Deliver(g) {
+			t.Fatalf("frame %d after the error not delivered: model %+v", i, r.Model.Stats())
+		}
+		fr, err := r.NIC.Receive()
+		if err != nil || fr == nil || !bytes.Equal(fr.Bytes(), g) {
+			t.Fatalf("frame %d after the error: %v %v", i, fr, err)
+		}
+		if err := fr.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, ms := r.NIC.Stats(), r.Model.Stats()
+	if st.RQRecoveries != 1 || st.RxErrors != 1 || st.RxFlushed != 14 || ms.RxFlushed != 14 {
+		t.Fatalf("driver %+v model %+v", st, ms)
+	}
+}
