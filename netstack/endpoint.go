@@ -126,6 +126,9 @@ type Endpoint struct {
 		Stats
 	}
 	held atomic.Int64
+	// rxNoVerdict: the receive goroutine is handing up a packet it gave no
+	// checksum verdict (deliverUnverified).
+	rxNoVerdict atomic.Bool
 	// Stage timing (Options.Clock).
 	rxBatches, rxNs, txCalls, txNs atomic.Int64
 }
@@ -234,13 +237,32 @@ func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	if e.info.TxCsum {
 		c |= stack.CapabilityTXChecksumOffload
 	}
-	if e.opts.GRO {
+	if e.opts.GRO && !e.rxNoVerdict.Load() {
 		// GRO's merged packets carry stale IPv4 checksums and gVisor sets
 		// RXChecksumValidated from this bit for every packet, so the
-		// endpoint verifies in software what the hardware did not.
+		// endpoint verifies in software what the hardware did not, and
+		// clears the bit while it hands up a packet it did not verify
+		// (deliverUnverified).
 		c |= stack.CapabilityRXChecksumOffload
 	}
 	return c
+}
+
+// deliverUnverified hands p up with no checksum verdict: a packet whose
+// TCP or UDP header the endpoint did not find and check (another
+// protocol, a header chain it does not walk, a fragmented datagram it
+// could not verify). gVisor's NIC sets each received packet's
+// RXChecksumValidated from Capabilities (stack/nic.go,
+// DeliverNetworkPacket), the only reader of the RX bit, and only this
+// goroutine delivers, so clearing the bit for the call makes gVisor check
+// every checksum of p itself, as it does without RX offload. Before, such
+// a packet went up "verified": a UDP datagram with a bad checksum behind
+// IPv6 extension header 253, which gVisor walks and the endpoint did not,
+// reached the application.
+func (e *Endpoint) deliverUnverified(d stack.NetworkDispatcher, proto tcpip.NetworkProtocolNumber, p *stack.PacketBuffer) {
+	e.rxNoVerdict.Store(true)
+	d.DeliverNetworkPacket(proto, p)
+	e.rxNoVerdict.Store(false)
 }
 
 // minMSS is the smallest MSS GSOMaxSize plans for (the IPv4 default MSS);
@@ -964,12 +986,16 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 	case h.Fragment:
 		// Fragments of any protocol are held until their datagram is
 		// complete and its TCP or UDP checksum verified (fragcheck.go).
-		ready, dropped := e.frag.add(b, h, p)
+		ready, verified, dropped := e.frag.add(b, h, p)
 		if dropped > 0 {
 			e.count(func(s *Stats) { s.RxFragDrops += uint64(dropped) })
 		}
 		for _, q := range ready {
-			d.DeliverNetworkPacket(proto, q)
+			if verified {
+				d.DeliverNetworkPacket(proto, q)
+			} else {
+				e.deliverUnverified(d, proto, q)
+			}
 			q.DecRef()
 		}
 		return
@@ -986,8 +1012,12 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		} else {
 			e.gro.Enqueue(p)
 		}
-	default:
+	case h.Proto == pkt.ProtoUDP:
 		d.DeliverNetworkPacket(proto, p)
+	default:
+		// No TCP or UDP header found (ARP, ICMP, another protocol, or a
+		// header the parser does not walk): nothing was verified here.
+		e.deliverUnverified(d, proto, p)
 	}
 	p.DecRef()
 }
