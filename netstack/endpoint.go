@@ -309,8 +309,9 @@ func (e *Endpoint) ParseHeader(p *stack.PacketBuffer) bool {
 // It never waits for the goroutine: gVisor calls Attach(nil) from RemoveNIC
 // with the stack's lock held, while the goroutine may be inside
 // DeliverNetworkPacket waiting for that same lock (IPv4 input looks up the
-// NIC's name). Wait and Close wait; a goroutine started by a later Attach
-// first waits for its predecessor, so only one ever receives.
+// NIC's name). Close waits (Wait does not, for the same reason); a
+// goroutine started by a later Attach first waits for its predecessor, so
+// only one ever receives.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -336,13 +337,24 @@ func (e *Endpoint) IsAttached() bool {
 	return e.dispatcher != nil
 }
 
-// Wait implements stack.LinkEndpoint.
-func (e *Endpoint) Wait() { e.wg.Wait() }
+// Wait implements stack.LinkEndpoint. It does not wait for the receive
+// goroutine: gVisor's Stack.Wait calls it with the stack's lock held (after
+// RemoveNIC's Attach(nil), stack.go Wait), while the goroutine may be in
+// the middle of a batch, inside DeliverNetworkPacket, waiting for that
+// lock (a SYN to a closed port draws a reset, whose route lookup takes
+// it): waiting there deadlocked Stack.Close then Stack.Wait under a
+// receive flood. Close, which gVisor calls once the lock is released
+// (RemoveNIC's and Stack.Wait's deferred action), waits for the goroutine
+// and stops the device, so after Stack.Wait nothing of the endpoint runs.
+// gVisor's own endpoints do the same: fdbased's Attach(nil) releases its
+// lock before waiting, sharedmem's Wait waits for workers its Close stopped.
+func (e *Endpoint) Wait() {}
 
-// Close implements stack.LinkEndpoint: it stops receiving and stops the
-// device, which completes (aborts) every frame still in flight so the
-// references held on their packets are released. gVisor calls it from
-// Stack.RemoveNIC; Stack.Close alone does not stop link endpoints.
+// Close implements stack.LinkEndpoint: it stops receiving, waits for the
+// receive goroutine, and stops the device, which completes (aborts) every
+// frame still in flight so the references held on their packets are
+// released. gVisor calls it from Stack.RemoveNIC and Stack.Wait without
+// its lock; Stack.Close alone does not stop link endpoints.
 func (e *Endpoint) Close() {
 	e.Attach(nil)
 	e.wg.Wait()
