@@ -72,7 +72,8 @@ type Stats struct {
 	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
 	RxACKsFiltered uint64
 	// RxGROBypass counts TCP segments delivered past GRO because their
-	// flow had a hole (groorder.go).
+	// flow had a hole, or, for segments without data, because GRO may have
+	// held data of their flow (groorder.go).
 	RxGROBypass uint64
 	// With TX checksum offload (txcsum.go): TxSoftCsum counts packets and
 	// fragmented datagrams whose transport checksum the endpoint computed,
@@ -651,6 +652,7 @@ func (e *Endpoint) txDone(cookie any, err error) {
 // called again until a call hands up nothing (groOut counts what GRO hands
 // up): two calls when every flow had its own bucket.
 func (e *Endpoint) flushGRO() {
+	e.order.held = 0
 	for {
 		n := e.groOut.n
 		e.gro.Flush()
