@@ -1092,8 +1092,8 @@ func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) 
 // verifyHeaders is softVerify up to the TCP or UDP checksum: it parses f
 // into *h and checks its IPv4 header sum unless ipOK, and reports in l4 whether
 // the segment's checksum is still to be verified (a TCP or UDP segment,
-// not a fragment, not verified by the hardware); then the verdict is
-// transportVerdict's, not v.
+// not a fragment, not verified by the hardware, or over IPv6 behind
+// extension headers); then the verdict is transportVerdict's, not v.
 func (e *Endpoint) verifyHeaders(h *pkt.Headers, f []byte, ipOK, l4OK bool) (v verdict, l4 bool) {
 	if err := h.Parse(f); err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
 		*h = pkt.Headers{CsumOff: -1}
@@ -1110,9 +1110,13 @@ func (e *Endpoint) verifyHeaders(h *pkt.Headers, f []byte, ipOK, l4OK bool) (v v
 		return v, false // fragCheck verifies the datagram
 	}
 	if h.Proto != pkt.ProtoTCP && h.Proto != pkt.ProtoUDP {
-		return v, false // gVisor checks other protocols' checksums itself
+		return v, false // delivered with no verdict (deliverUnverified)
 	}
-	return v, !l4OK
+	// The hardware's verdict counts only where it cannot have checked
+	// another header than the one gVisor reads: behind an IPv6 extension
+	// header a NIC may walk differently (gVisor reads 253 as 8 bytes
+	// whatever its length field says), so that segment is checked here.
+	return v, !l4OK || h.IPv6 && h.L4 != h.L3+40
 }
 
 // transportVerdict turns pkt.TransportOK's answer for a segment into a
