@@ -21,20 +21,51 @@ type mangling struct {
 	chain      int    // IPv6 destination-options headers after it (or anywhere, unfragmented)
 	id         uint32 // fragment identification
 	corrupt    bool   // flip a bit in the datagram's last payload bytes
+	// IPv6 extension headers by number (extChain), before the chainFront
+	// headers (unfragmented: first) and after the chain headers.
+	front, inner []byte
 }
 
 // destOpts returns n destination-options headers (PadN only) chained to
 // next.
 func destOpts(n int, next byte) []byte {
+	return extChain(bytes.Repeat([]byte{60}, n), next)
+}
+
+// extChain returns one 8-byte IPv6 extension header of each number in
+// types, in order, the last chained to next: hop-by-hop and destination
+// options (0, 60) hold a PadN option, a routing header (43) has no
+// segments left, a fragment header (44) is atomic (offset 0, M clear), an
+// experiment header (253, RFC 4727) holds a tag; 254 and 59 (no next
+// header) get the same layout with zeros, though only an RFC 8200
+// extension header is read that way.
+func extChain(types []byte, next byte) []byte {
 	var b []byte
-	for i := 0; i < n; i++ {
-		nh := byte(60)
-		if i == n-1 {
-			nh = next
+	for i, t := range types {
+		nh := next
+		if i+1 < len(types) {
+			nh = types[i+1]
 		}
-		b = append(b, nh, 0, 1, 4, 0, 0, 0, 0)
+		switch t {
+		case 0, 60:
+			b = append(b, nh, 0, 1, 4, 0, 0, 0, 0)
+		case 253:
+			b = append(b, nh, 0, 0xBE, 0xEF, 0, 0, 0, 0)
+		case 44:
+			b = append(b, nh, 0, 0, 0, 0, 0, 0x12, 0x34)
+		default:
+			b = append(b, nh, 0, 0, 0, 0, 0, 0, 0)
+		}
 	}
 	return b
+}
+
+// firstOf returns the first of types, or next if there is none.
+func firstOf(types []byte, next byte) byte {
+	if len(types) > 0 {
+		return types[0]
+	}
+	return next
 }
 
 // mangle returns the frames that carry the datagram of Ethernet frame f
@@ -88,24 +119,17 @@ func mangle(f []byte, m mangling) [][]byte {
 			binary.BigEndian.PutUint16(h[4:], uint16(n))
 			return h
 		}
+		ft := append(append([]byte(nil), m.front...), bytes.Repeat([]byte{60}, m.chainFront)...)
+		it := append(bytes.Repeat([]byte{60}, m.chain), m.inner...)
 		if m.frag == 0 {
-			chain := destOpts(m.chain+m.chainFront, next)
-			first := next
-			if len(chain) > 0 {
-				first = 60
-			}
-			return [][]byte{frame(ip(first, len(chain)+len(data)), chain, data)}
+			types := append(ft, it...)
+			chain := extChain(types, next)
+			return [][]byte{frame(ip(firstOf(types, next), len(chain)+len(data)), chain, data)}
 		}
-		fragmentable := append(destOpts(m.chain, next), data...)
-		inner := next
-		if m.chain > 0 {
-			inner = 60
-		}
-		front := destOpts(m.chainFront, 44)
-		first := byte(44)
-		if m.chainFront > 0 {
-			first = 60
-		}
+		fragmentable := append(extChain(it, next), data...)
+		inner := firstOf(it, next)
+		front := extChain(ft, 44)
+		first := firstOf(ft, 44)
 		for off := 0; off < len(fragmentable); off += m.frag {
 			n := min(m.frag, len(fragmentable)-off)
 			fh := []byte{inner, 0, 0, 0, 0, 0, 0, 0}

@@ -72,7 +72,8 @@ type Stats struct {
 	// RxACKsFiltered counts pure ACKs dropped by Options.AckFilter.
 	RxACKsFiltered uint64
 	// RxGROBypass counts TCP segments delivered past GRO because their
-	// flow had a hole (groorder.go).
+	// flow had a hole, or, for segments without data, because GRO may have
+	// held data of their flow (groorder.go).
 	RxGROBypass uint64
 	// With TX checksum offload (txcsum.go): TxSoftCsum counts packets and
 	// fragmented datagrams whose transport checksum the endpoint computed,
@@ -126,6 +127,9 @@ type Endpoint struct {
 		Stats
 	}
 	held atomic.Int64
+	// rxNoVerdict: the receive goroutine is handing up a packet it gave no
+	// checksum verdict (deliverUnverified).
+	rxNoVerdict atomic.Bool
 	// Stage timing (Options.Clock).
 	rxBatches, rxNs, txCalls, txNs atomic.Int64
 }
@@ -234,13 +238,32 @@ func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	if e.info.TxCsum {
 		c |= stack.CapabilityTXChecksumOffload
 	}
-	if e.opts.GRO {
+	if e.opts.GRO && !e.rxNoVerdict.Load() {
 		// GRO's merged packets carry stale IPv4 checksums and gVisor sets
 		// RXChecksumValidated from this bit for every packet, so the
-		// endpoint verifies in software what the hardware did not.
+		// endpoint verifies in software what the hardware did not, and
+		// clears the bit while it hands up a packet it did not verify
+		// (deliverUnverified).
 		c |= stack.CapabilityRXChecksumOffload
 	}
 	return c
+}
+
+// deliverUnverified hands p up with no checksum verdict: a packet whose
+// TCP or UDP header the endpoint did not find and check (another
+// protocol, a header chain it does not walk, a fragmented datagram it
+// could not verify). gVisor's NIC sets each received packet's
+// RXChecksumValidated from Capabilities (stack/nic.go,
+// DeliverNetworkPacket), the only reader of the RX bit, and only this
+// goroutine delivers, so clearing the bit for the call makes gVisor check
+// every checksum of p itself, as it does without RX offload. Before, such
+// a packet went up "verified": a UDP datagram with a bad checksum behind
+// IPv6 extension header 253, which gVisor walks and the endpoint did not,
+// reached the application.
+func (e *Endpoint) deliverUnverified(d stack.NetworkDispatcher, proto tcpip.NetworkProtocolNumber, p *stack.PacketBuffer) {
+	e.rxNoVerdict.Store(true)
+	d.DeliverNetworkPacket(proto, p)
+	e.rxNoVerdict.Store(false)
 }
 
 // minMSS is the smallest MSS GSOMaxSize plans for (the IPv4 default MSS);
@@ -287,8 +310,9 @@ func (e *Endpoint) ParseHeader(p *stack.PacketBuffer) bool {
 // It never waits for the goroutine: gVisor calls Attach(nil) from RemoveNIC
 // with the stack's lock held, while the goroutine may be inside
 // DeliverNetworkPacket waiting for that same lock (IPv4 input looks up the
-// NIC's name). Wait and Close wait; a goroutine started by a later Attach
-// first waits for its predecessor, so only one ever receives.
+// NIC's name). Close waits (Wait does not, for the same reason); a
+// goroutine started by a later Attach first waits for its predecessor, so
+// only one ever receives.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -314,13 +338,24 @@ func (e *Endpoint) IsAttached() bool {
 	return e.dispatcher != nil
 }
 
-// Wait implements stack.LinkEndpoint.
-func (e *Endpoint) Wait() { e.wg.Wait() }
+// Wait implements stack.LinkEndpoint. It does not wait for the receive
+// goroutine: gVisor's Stack.Wait calls it with the stack's lock held (after
+// RemoveNIC's Attach(nil), stack.go Wait), while the goroutine may be in
+// the middle of a batch, inside DeliverNetworkPacket, waiting for that
+// lock (a SYN to a closed port draws a reset, whose route lookup takes
+// it): waiting there deadlocked Stack.Close then Stack.Wait under a
+// receive flood. Close, which gVisor calls once the lock is released
+// (RemoveNIC's and Stack.Wait's deferred action), waits for the goroutine
+// and stops the device, so after Stack.Wait nothing of the endpoint runs.
+// gVisor's own endpoints do the same: fdbased's Attach(nil) releases its
+// lock before waiting, sharedmem's Wait waits for workers its Close stopped.
+func (e *Endpoint) Wait() {}
 
-// Close implements stack.LinkEndpoint: it stops receiving and stops the
-// device, which completes (aborts) every frame still in flight so the
-// references held on their packets are released. gVisor calls it from
-// Stack.RemoveNIC; Stack.Close alone does not stop link endpoints.
+// Close implements stack.LinkEndpoint: it stops receiving, waits for the
+// receive goroutine, and stops the device, which completes (aborts) every
+// frame still in flight so the references held on their packets are
+// released. gVisor calls it from Stack.RemoveNIC and Stack.Wait without
+// its lock; Stack.Close alone does not stop link endpoints.
 func (e *Endpoint) Close() {
 	e.Attach(nil)
 	e.wg.Wait()
@@ -617,6 +652,7 @@ func (e *Endpoint) txDone(cookie any, err error) {
 // called again until a call hands up nothing (groOut counts what GRO hands
 // up): two calls when every flow had its own bucket.
 func (e *Endpoint) flushGRO() {
+	e.order.held = 0
 	for {
 		n := e.groOut.n
 		e.gro.Flush()
@@ -964,12 +1000,16 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 	case h.Fragment:
 		// Fragments of any protocol are held until their datagram is
 		// complete and its TCP or UDP checksum verified (fragcheck.go).
-		ready, dropped := e.frag.add(b, h, p)
+		ready, verified, dropped := e.frag.add(b, h, p)
 		if dropped > 0 {
 			e.count(func(s *Stats) { s.RxFragDrops += uint64(dropped) })
 		}
 		for _, q := range ready {
-			d.DeliverNetworkPacket(proto, q)
+			if verified {
+				d.DeliverNetworkPacket(proto, q)
+			} else {
+				e.deliverUnverified(d, proto, q)
+			}
 			q.DecRef()
 		}
 		return
@@ -986,8 +1026,12 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		} else {
 			e.gro.Enqueue(p)
 		}
-	default:
+	case h.Proto == pkt.ProtoUDP:
 		d.DeliverNetworkPacket(proto, p)
+	default:
+		// No TCP or UDP header found (ARP, ICMP, another protocol, or a
+		// header the parser does not walk): nothing was verified here.
+		e.deliverUnverified(d, proto, p)
 	}
 	p.DecRef()
 }
@@ -1048,8 +1092,8 @@ func (e *Endpoint) softVerify(f []byte, ipOK, l4OK bool) (pkt.Headers, verdict) 
 // verifyHeaders is softVerify up to the TCP or UDP checksum: it parses f
 // into *h and checks its IPv4 header sum unless ipOK, and reports in l4 whether
 // the segment's checksum is still to be verified (a TCP or UDP segment,
-// not a fragment, not verified by the hardware); then the verdict is
-// transportVerdict's, not v.
+// not a fragment, not verified by the hardware, or over IPv6 behind
+// extension headers); then the verdict is transportVerdict's, not v.
 func (e *Endpoint) verifyHeaders(h *pkt.Headers, f []byte, ipOK, l4OK bool) (v verdict, l4 bool) {
 	if err := h.Parse(f); err != nil || h.IPEnd > len(f) || h.IPEnd < h.L4 {
 		*h = pkt.Headers{CsumOff: -1}
@@ -1066,9 +1110,13 @@ func (e *Endpoint) verifyHeaders(h *pkt.Headers, f []byte, ipOK, l4OK bool) (v v
 		return v, false // fragCheck verifies the datagram
 	}
 	if h.Proto != pkt.ProtoTCP && h.Proto != pkt.ProtoUDP {
-		return v, false // gVisor checks other protocols' checksums itself
+		return v, false // delivered with no verdict (deliverUnverified)
 	}
-	return v, !l4OK
+	// The hardware's verdict counts only where it cannot have checked
+	// another header than the one gVisor reads: behind an IPv6 extension
+	// header a NIC may walk differently (gVisor reads 253 as 8 bytes
+	// whatever its length field says), so that segment is checked here.
+	return v, !l4OK || h.IPv6 && h.L4 != h.L3+40
 }
 
 // transportVerdict turns pkt.TransportOK's answer for a segment into a

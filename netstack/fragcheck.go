@@ -26,11 +26,13 @@ import (
 // first fragment (behind any extension headers of the fragmentable part,
 // for IPv6), verifies a TCP or UDP checksum over all of it (offsets are
 // multiples of 8, so per-fragment sums simply add), and then hands all the
-// fragments up, or drops them all. Other protocols (ICMP) are handed up
-// complete and unchecked: gVisor checks their checksums whatever the flag
-// says. gVisor's reassembler only ever sees complete, verified datagrams.
-// What cannot be verified (overlaps, a header chain that does not fit the
-// first fragment, a UDP length that disagrees with the datagram) is dropped.
+// fragments up, or drops them all. A datagram whose TCP or UDP header it
+// does not find (another protocol such as ICMP, a header chain it does
+// not walk or that does not fit the first fragment) is handed up complete
+// with no checksum verdict (Endpoint.deliverUnverified), so gVisor checks
+// it. gVisor's reassembler only ever sees complete datagrams. Overlapping
+// fragments (which gVisor's reassembler refuses too, RFC 8200 4.5) and a
+// UDP length that disagrees with the datagram are dropped.
 // Holding is bounded: at most fragTrackers datagrams and fragMaxBytes
 // bytes, each for at most fragTimeout; what is evicted is dropped and
 // counted, never delivered unchecked. Only the receive goroutine uses it.
@@ -73,9 +75,10 @@ func (c *fragCheck) init() {
 }
 
 // add accounts for fragment f (headers h, built into p) and returns the
-// packets now ready to deliver and how many held packets it dropped. It
-// takes ownership of p's reference.
-func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready []*stack.PacketBuffer, dropped int) {
+// packets now ready to deliver, whether their TCP or UDP checksum was
+// verified (else they go up with no verdict), and how many held packets it
+// dropped. It takes ownership of p's reference.
+func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready []*stack.PacketBuffer, verified bool, dropped int) {
 	var k fragKey
 	var off int
 	var more bool
@@ -108,7 +111,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 	for _, s := range st.spans {
 		if off == s[0] && end == s[1] {
 			p.DecRef() // an exact duplicate
-			return nil, dropped
+			return nil, false, dropped
 		}
 		if off < s[1] && end > s[0] {
 			st.bad = true
@@ -133,37 +136,42 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		for len(c.order) > fragTrackers || c.bytes > fragMaxBytes {
 			dropped += c.drop(c.order[0])
 		}
-		return nil, dropped
+		return nil, false, dropped
 	}
 	c.remove(k)
-	if st.bad || !st.verify(k) {
+	ok, checked := st.verify(k)
+	if st.bad || checked && !ok {
 		for _, q := range st.held {
 			q.DecRef()
 		}
-		return nil, dropped + len(st.held)
+		return nil, false, dropped + len(st.held)
 	}
-	return st.held, dropped
+	return st.held, checked, dropped
 }
 
-// verify checks the transport checksum of a complete datagram.
-func (st *fragState) verify(k fragKey) bool {
+// verify checks the transport checksum of a complete datagram: ok, or
+// not; checked is false when it found no TCP or UDP header to check
+// (another protocol, or a header chain it does not walk or that does not
+// fit the first fragment), and the datagram then goes up with no checksum
+// verdict, for gVisor to check.
+func (st *fragState) verify(k fragKey) (ok, checked bool) {
 	next, t := st.next, 0
 	if k.v6 {
 		// Extension headers of the fragmentable part, which RFC 8200 (and
 		// RFC 7112) want whole in the first fragment with the transport
-		// header.
+		// header. gVisor walks the reassembled datagram's fragmentable
+		// part with the same iterator as any packet (a hop-by-hop header
+		// first in it included), and so does this walk (pkt.Parse's set).
 	chain:
 		for {
 			switch next {
-			case 43, 60: // routing, destination options
+			case 0, 43, 60, 253:
 				if t+8 > len(st.first) {
-					return false
+					return false, false
 				}
-				next, t = int(st.first[t]), t+8+int(st.first[t+1])*8
-			case 0, 44: // hop-by-hop or a fragment header inside a fragment
-				return false
+				next, t = int(st.first[t]), t+pkt.ExtHeaderLen(next, st.first[t+1])
 			default:
-				break chain
+				break chain // a fragment header inside a fragment: unchecked
 			}
 		}
 	}
@@ -174,20 +182,19 @@ func (st *fragState) verify(k fragKey) bool {
 	case pkt.ProtoUDP:
 		need = 8
 	default:
-		// gVisor verifies ICMP and the rest itself, flag or not.
-		return true
+		return false, false
 	}
 	if t+need > len(st.first) {
-		return false
+		return false, false
 	}
 	l4len := st.total - t
 	seg := st.first[t:]
 	if next == pkt.ProtoUDP {
 		if int(binary.BigEndian.Uint16(seg[4:])) != l4len {
-			return false
+			return false, true
 		}
 		if !k.v6 && binary.BigEndian.Uint16(seg[6:]) == 0 {
-			return true // IPv4 UDP sent without a checksum
+			return true, true // IPv4 UDP sent without a checksum
 		}
 	}
 	n := 4
@@ -197,7 +204,7 @@ func (st *fragState) verify(k fragKey) bool {
 	pseudo := uint32(pkt.Fold(pkt.Sum(pkt.Sum(0, k.src[:n]), k.dst[:n]) + uint32(next) + uint32(l4len)))
 	// t is a multiple of 8 and every later fragment starts at one, so the
 	// sums line up on 16-bit words.
-	return pkt.Fold(pkt.Sum(pseudo, seg)+st.rest) == 0xFFFF
+	return pkt.Fold(pkt.Sum(pseudo, seg)+st.rest) == 0xFFFF, true
 }
 
 // expire drops datagrams held longer than fragTimeout.

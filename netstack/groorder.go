@@ -25,12 +25,33 @@ import (
 // With several losses in one window the hole closes after the first
 // retransmission; NewReno resends the next lost segment on the partial ACK
 // that follows, without waiting for duplicate ACKs.
+//
+// It also keeps segments without data (pure and duplicate ACKs, window
+// updates, a bare FIN) out of GRO behind a data segment of their flow.
+// gVisor's GRO merges such a segment into the held segment before it when
+// its sequence number follows on and its acknowledgement, flags (but FIN,
+// PSH, CWR) and options match (stack/gro found and shouldFlushTCP: the
+// merge happens first, the flush for a segment without data after it), and
+// the merged packet keeps the held segment's header: the window a window
+// update announced, and a duplicate ACK, never reached TCP (the peer's
+// window update lost, no data sent for 1 s; three duplicate ACKs counted
+// as two, no fast retransmit). Such a segment of a flow GRO may hold data
+// of is delivered past GRO, after a flush (as a segment behind a hole).
 type groOrder struct {
 	flows [groFlows]groFlow
 	clock uint32
 	last  int // the slot of the last lookup, tried first
 	holes int // flows with a hole: none, and a pure ACK needs no lookup
+	// held has bit heldBit(key) set for each flow with a data segment
+	// handed to GRO since the last flush (Endpoint.flushGRO clears it): a
+	// pure ACK looks itself up only when it is not zero, and a collision
+	// costs a flush, never a header.
+	held uint32
 }
+
+// heldBit is flow key's bit in groOrder.held: the top bits of the
+// multiplicative hash, its best mixed.
+func heldBit(key uint32) uint32 { return 1 << (key >> 27) }
 
 const (
 	groFlows     = 16
@@ -65,24 +86,34 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		return false
 	}
 	n := uint32(h.IPEnd - h.L4 - doff)
-	if n == 0 && flags&(tcpSYN|tcpRST) == 0 && o.holes == 0 {
-		return false // a pure ACK, and no flow to keep it behind
+	if n == 0 && flags&(tcpSYN|tcpRST) == 0 {
+		// A segment without data (a pure or duplicate ACK, a window
+		// update, a bare FIN) starts no flow: a sender's incoming ACKs
+		// must not evict receiving flows. It goes to GRO only when GRO
+		// holds no data of its flow (then GRO hands it straight up: it
+		// flushes a segment without data), and not into a flow with a
+		// hole, where it keeps its place behind the flow's data.
+		if o.held == 0 && o.holes == 0 {
+			return false // nothing to merge it into, no hole to keep
+		}
+		key := flowKey(b, h)
+		if o.held&heldBit(key) != 0 {
+			return true
+		}
+		if o.holes == 0 {
+			return false
+		}
+		f := o.find(key)
+		return f != nil && f.hole
 	}
 	key := flowKey(b, h)
-	if flags&(tcpSYN|tcpRST) != 0 || n == 0 {
-		// Segments without data are never merged and start no flow (a
-		// sender's incoming ACKs must not evict receiving flows); one of
-		// a flow with a hole keeps its place behind the flow's data. A SYN
-		// or RST forgets the flow: a new connection starts afresh.
-		f := o.find(key)
-		if f == nil {
-			return false
-		}
-		if flags&(tcpSYN|tcpRST) != 0 {
+	if flags&(tcpSYN|tcpRST) != 0 {
+		// A SYN or RST forgets the flow: a new connection starts afresh.
+		// GRO flushes the flow's held data before it (its flags differ).
+		if f := o.find(key); f != nil {
 			o.forget(f)
-			return false
 		}
-		return f.hole
+		return false
 	}
 	f := &o.flows[o.last] // most segments are the last flow's
 	if f.used == 0 || f.key != key {
@@ -95,6 +126,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 	}
 	if f.used == 0 {
 		*f = groFlow{key: key, next: end, used: o.clock}
+		o.held |= heldBit(key)
 		return false
 	}
 	f.used = o.clock
@@ -102,6 +134,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		switch {
 		case seq == f.next:
 			f.next = end
+			o.held |= heldBit(key)
 			return false
 		case seqLT(seq, f.next):
 			// Old data again (a retransmission the receiver already had,

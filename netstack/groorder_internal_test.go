@@ -230,3 +230,31 @@ func TestFlushGROHandsUpEveryFlow(t *testing.T) {
 	}
 	t.Logf("gVisor's Flush alone handed up %d of %d", once, flows)
 }
+
+// A segment without data bypasses GRO when GRO may hold data of its flow
+// (handed to it since the last flush), and only then: gVisor's GRO would
+// merge it into that data, losing its header (window, duplicate ACK).
+func TestGROOrderKeepsSegmentsWithoutDataOutOfHeldFlows(t *testing.T) {
+	var o groOrder
+	if bypassOf(t, &o, groSeg(1, 100, 0, 0)) {
+		t.Fatal("a pure ACK with nothing held bypassed GRO")
+	}
+	if bypassOf(t, &o, groSeg(1, 0, 0, 100)) {
+		t.Fatal("in-order data bypassed GRO")
+	}
+	for _, flags := range []byte{0, 0x01} { // pure ACK, bare FIN
+		if !bypassOf(t, &o, groSeg(1, 100, flags, 0)) {
+			t.Fatalf("flags %#x: a segment without data entered GRO behind its flow's data", flags)
+		}
+	}
+	var h pkt.Headers
+	other := groSeg(2, 100, 0, 0)
+	h.Parse(other)
+	if heldBit(flowKey(other, &h)) != o.held && bypassOf(t, &o, other) {
+		t.Fatal("another flow's pure ACK bypassed GRO")
+	}
+	o.held = 0 // flushed
+	if bypassOf(t, &o, groSeg(1, 100, 0, 0)) {
+		t.Fatal("a pure ACK bypassed GRO after the flush")
+	}
+}

@@ -84,6 +84,11 @@ var (
 // padded with zeros to Ethernet's 60-byte minimum as a NIC (and QEMU's
 // user network) does.
 func tcpFrame(seq, ack uint32, flags header.TCPFlags, opts, payload []byte) []byte {
+	return tcpFrameWin(seq, ack, flags, 65535, opts, payload)
+}
+
+// tcpFrameWin is tcpFrame announcing window win.
+func tcpFrameWin(seq, ack uint32, flags header.TCPFlags, win uint16, opts, payload []byte) []byte {
 	tcpLen := header.TCPMinimumSize + len(opts)
 	ipLen := header.IPv4MinimumSize + tcpLen + len(payload)
 	f := make([]byte, max(header.EthernetMinimumSize+ipLen, 60))
@@ -96,7 +101,7 @@ func tcpFrame(seq, ack uint32, flags header.TCPFlags, opts, payload []byte) []by
 	ip.SetChecksum(^ip.CalculateChecksum())
 	t := header.TCP(ip[header.IPv4MinimumSize:])
 	t.Encode(&header.TCPFields{SrcPort: 58002, DstPort: 5001, SeqNum: seq, AckNum: ack,
-		DataOffset: uint8(tcpLen), Flags: flags, WindowSize: 65535})
+		DataOffset: uint8(tcpLen), Flags: flags, WindowSize: win})
 	copy(t[header.TCPMinimumSize:], opts)
 	copy(t[tcpLen:], payload)
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, padPeerAddr, padHostAddr, uint16(tcpLen+len(payload)))

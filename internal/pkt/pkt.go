@@ -112,16 +112,18 @@ func (h *Headers) Parse(f []byte) error {
 		// Walk the whole extension-header chain, however long (each header
 		// is at least 8 bytes, so the frame bounds the walk). A transport
 		// header behind a long chain still has a checksum that somebody
-		// must verify.
+		// must verify. The headers walked are exactly those gVisor's
+		// IPv6PayloadIterator walks (ExtHeaderLen): the transport header
+		// found here is the one gVisor hands to TCP or UDP.
 		next, o := int(ip[6]), h.L3+40
 	chain:
 		for {
 			switch next {
-			case 0, 43, 60: // hop-by-hop, routing, destination options
+			case 0, 43, 60, 253: // hop-by-hop, routing, destination options, experiment
 				if len(f) < o+8 {
 					return ErrTruncated
 				}
-				next, o = int(f[o]), o+8+int(f[o+1])*8
+				next, o = int(f[o]), o+ExtHeaderLen(next, f[o+1])
 			case 44: // fragment
 				if len(f) < o+8 {
 					return ErrTruncated
@@ -157,6 +159,21 @@ func (h *Headers) Parse(f []byte) error {
 		h.CsumOff = h.L4 + 6
 	}
 	return nil
+}
+
+// ExtHeaderLen is the length of an IPv6 extension header of type next
+// (0, 43, 60 or 253) whose Hdr Ext Len field is hlen, as gVisor walks it
+// (pkg/tcpip/header/ipv6_extension_headers.go, IPv6PayloadIterator.Next):
+// 8 bytes plus hlen units of 8 (RFC 8200 4.3-4.6), except for the RFC 4727
+// experiment header 253, which gVisor reads as a fixed 8 bytes whatever
+// its length field says. gVisor walks no other header numbers (44, the
+// fragment header, is 8 bytes; 59 ends the packet; 254 and the rest are
+// upper-layer protocols to it), so neither does this package.
+func ExtHeaderLen(next int, hlen byte) int {
+	if next == 253 {
+		return 8
+	}
+	return 8 + int(hlen)*8
 }
 
 // Sum adds b to a running ones'-complement sum (RFC 1071), treating b as

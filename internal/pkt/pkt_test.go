@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
 // FuzzParse checks Parse against gopacket: it never panics, and whenever
@@ -31,6 +33,13 @@ func FuzzParse(f *testing.F) {
 	ext = append(ext, 17, 0, 0, 0, 0, 0, 0, 0) // hop-by-hop, then UDP
 	ext = append(ext, make([]byte, 8)...)
 	f.Add(ext)
+	// Every IPv6 header number gVisor knows as an extension header, then
+	// UDP; 253 also with a length field gVisor ignores.
+	for _, x := range []byte{0, 43, 44, 59, 60, 253, 254} {
+		f.Add(v6Frame(x, append([]byte{17, 0, 0, 0, 0, 0, 0, 0}, 0, 9, 0, 9, 0, 8, 0, 0)))
+	}
+	f.Add(v6Frame(253, append([]byte{17, 1, 0, 0, 0, 0, 0, 0}, 0, 9, 0, 9, 0, 8, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0)))
+	f.Add(v6Frame(44, append([]byte{253, 0, 0, 1, 0, 0, 0, 7, 17, 0, 0, 0, 0, 0, 0, 0}, 0, 9, 0, 9, 0, 8, 0, 0)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := Parse(b)
 		if err != nil {
@@ -38,6 +47,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if h.L4 > len(b) || h.L3 > h.L4 {
 			t.Fatalf("offsets past the frame: %+v len %d", h, len(b))
+		}
+		if h.IPv6 && !h.Fragment && h.IPEnd <= len(b) {
+			// The transport header gVisor finds is the one Parse finds.
+			if proto, off, ok := gvisorTransport(b[h.L3:h.IPEnd]); ok && (proto != h.Proto || proto != 59 && h.L3+off != h.L4) {
+				t.Fatalf("gVisor walks to protocol %d at %d, Parse to %d at %d", proto, h.L3+off, h.Proto, h.L4)
+			}
 		}
 		p := gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.Default)
 		// Compare only what Parse claims: a TCP or UDP header. (gopacket reads
@@ -374,6 +389,72 @@ func TestPseudoSumMatchesThePseudoHeader(t *testing.T) {
 		}
 		if got, want := Fold(PseudoSum(ip, v6, proto, l4len)), Fold(naiveSum(0, ph)); got != want {
 			t.Fatalf("v6 %v proto %d len %d: %#x want %#x", v6, proto, l4len, got, want)
+		}
+	}
+}
+
+// gvisorTransport walks the IPv6 datagram ip as gVisor's network layer
+// does (header.IPv6PayloadIterator, as network/ipv6 and header/parse use
+// it) and returns the upper-layer protocol it finds and its offset in ip,
+// 59 for no next header; ok is false for a malformed chain or a fragment
+// that is not atomic (whose headers gVisor reads after reassembly).
+func gvisorTransport(ip []byte) (proto, off int, ok bool) {
+	it := header.MakeIPv6PayloadIterator(header.IPv6ExtensionHeaderIdentifier(ip[6]), buffer.MakeWithData(ip[40:]))
+	defer it.Release()
+	for {
+		eh, done, err := it.Next()
+		if err != nil {
+			return 0, 0, false
+		}
+		if done {
+			return 59, 0, true
+		}
+		switch eh := eh.(type) {
+		case header.IPv6RawPayloadHeader:
+			off = len(ip) - int(eh.Buf.Size())
+			eh.Release()
+			return int(eh.Identifier), off, true
+		case header.IPv6FragmentExtHdr:
+			if !eh.IsAtomic() {
+				return 0, 0, false
+			}
+		}
+		eh.Release()
+	}
+}
+
+// Parse walks exactly the IPv6 headers gVisor walks to the transport
+// header: each header number gVisor knows, then UDP, and the experiment
+// header 253 with a length field gVisor ignores (it reads 253 as 8 bytes).
+// Before, Parse stopped at 253 and reported "protocol 253", so the
+// endpoint never checked the UDP checksum gVisor then trusted.
+func TestParseWalksWhatGVisorWalks(t *testing.T) {
+	udp := []byte{0, 9, 0, 9, 0, 8, 0, 0}
+	for _, tc := range []struct {
+		first byte
+		body  []byte
+	}{
+		{0, append([]byte{17, 0, 1, 4, 0, 0, 0, 0}, udp...)},
+		{43, append([]byte{17, 0, 0, 0, 0, 0, 0, 0}, udp...)},
+		{44, append([]byte{17, 0, 0, 0, 0, 0, 0, 7}, udp...)}, // atomic
+		{59, append([]byte{17, 0, 0, 0, 0, 0, 0, 0}, udp...)},
+		{60, append([]byte{17, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, udp...)},
+		{253, append([]byte{17, 0, 0xBE, 0xEF, 0, 0, 0, 0}, udp...)},
+		{253, append([]byte{17, 2, 0xBE, 0xEF, 0, 0, 0, 0}, append(udp, make([]byte, 16)...)...)},
+		{60, append([]byte{253, 0, 1, 4, 0, 0, 0, 0, 17, 0, 0xBE, 0xEF, 0, 0, 0, 0}, udp...)},
+		{254, append([]byte{17, 0, 0, 0, 0, 0, 0, 0}, udp...)},
+	} {
+		f := v6Frame(tc.first, tc.body)
+		h, err := Parse(f)
+		proto, off, ok := gvisorTransport(f[14:])
+		if err != nil || !ok {
+			t.Fatalf("header %d: Parse %v, gVisor ok %v", tc.first, err, ok)
+		}
+		if h.Proto != proto || proto != 59 && h.L4 != 14+off {
+			t.Errorf("header %d %x: Parse finds protocol %d at %d, gVisor %d at %d", tc.first, tc.body[:8], h.Proto, h.L4, proto, 14+off)
+		}
+		if want := proto == ProtoUDP; (h.CsumOff >= 0) != want {
+			t.Errorf("header %d: checksum field %d, want one: %v", tc.first, h.CsumOff, want)
 		}
 	}
 }
