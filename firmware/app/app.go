@@ -7,7 +7,8 @@
 //     last one is also kept for /stats);
 //   - TCP 5002: read one line holding a decimal N, send N bytes of Pattern
 //     as fast as possible, then close once the peer closes;
-//   - UDP 7: echo;
+//   - UDP 7: echo (not to the ports of other datagram services, and
+//     rate-limited per peer: echo.go);
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
 //     POST /gc (a full garbage collection, then the runtime statistics),
 //     GET / (a small status page). POST /mode and POST /gc need the header
@@ -38,7 +39,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -116,6 +116,8 @@ type Server struct {
 	Limits Limits
 
 	svc services
+	// echoNow is the echo limiter's clock (nil: time.Now); tests stop it.
+	echoNow func() time.Time
 
 	// noHash makes the sink count bytes without hashing them (POST
 	// /mode?hash=0), so that a benchmark measures the network path and not
@@ -155,7 +157,7 @@ func (s *Server) Start() error {
 	s.initServices()
 	go s.svc.sink.serve(sink, s.serveSink)
 	go s.svc.source.serve(src, s.serveSource)
-	go s.echo(udp)
+	go s.svc.echo.run(udp)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
@@ -231,17 +233,6 @@ func (s *Server) serveSource(c net.Conn) {
 	}
 	// Close once the peer closes.
 	io.Copy(io.Discard, c)
-}
-
-func (s *Server) echo(c *gonet.UDPConn) {
-	buf := make([]byte, 1<<16)
-	for {
-		n, from, err := c.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		c.WriteTo(buf[:n], from)
-	}
 }
 
 // Stats is the /stats document.

@@ -31,6 +31,10 @@ type Limits struct {
 	WriteTimeout      time.Duration
 	HTTPIdleTimeout   time.Duration
 	MaxHeaderBytes    int
+	// EchoRate and EchoBurst bound the datagrams the UDP echo answers to
+	// one peer (source address): EchoRate a second, EchoBurst at once.
+	EchoRate  int
+	EchoBurst int
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
@@ -46,6 +50,12 @@ var DefaultLimits = Limits{
 	WriteTimeout:      30 * time.Second,
 	HTTPIdleTimeout:   30 * time.Second,
 	MaxHeaderBytes:    8 << 10,
+	// The soak's echo client sends a datagram every round trip plus 2
+	// ms (under 500 a second); 1000 a second is twice that, and caps what
+	// one peer (or one spoofed source) can make the board reflect at
+	// 1.5 MB/s of full-size datagrams.
+	EchoRate:  1000,
+	EchoBurst: 100,
 }
 
 // withDefaults fills l's zero fields from DefaultLimits.
@@ -64,6 +74,8 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.MaxConns, d.MaxConns)
 	pick(&l.HTTPMaxConns, d.HTTPMaxConns)
 	pick(&l.MaxHeaderBytes, d.MaxHeaderBytes)
+	pick(&l.EchoRate, d.EchoRate)
+	pick(&l.EchoBurst, d.EchoBurst)
 	pickD(&l.IdleTimeout, d.IdleTimeout)
 	pickD(&l.ReadHeaderTimeout, d.ReadHeaderTimeout)
 	pickD(&l.ReadTimeout, d.ReadTimeout)
@@ -207,6 +219,7 @@ func (c *countedConn) Close() error {
 // services are the Server's bounded services.
 type services struct {
 	sink, source, http service
+	echo               *echoService
 }
 
 func (s *Server) limits() Limits { return s.Limits.withDefaults() }
@@ -217,6 +230,7 @@ func (s *Server) initServices() {
 	s.svc.sink.max, s.svc.sink.idle = l.MaxConns, l.IdleTimeout
 	s.svc.source.max, s.svc.source.idle = l.MaxConns, l.IdleTimeout
 	s.svc.http.max = l.HTTPMaxConns
+	s.svc.echo = newEchoService(l.EchoRate, l.EchoBurst, s.echoNow)
 }
 
 // httpServer is port 80's server, with the limits' timeouts.
@@ -237,10 +251,11 @@ type LimitStats struct {
 	Sink   ServiceStats `json:"sink"`
 	Source ServiceStats `json:"source"`
 	HTTP   ServiceStats `json:"http"`
+	Echo   EchoStats    `json:"echo"`
 }
 
 func (s *Server) limitStats() LimitStats {
-	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats()}
+	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(), Echo: s.svc.echo.stats()}
 }
 
 // RuntimeStats is the /stats "runtime" member: the firmware's heap and
