@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,19 +24,23 @@ type fakeClient struct {
 	cookie []byte
 }
 
-var cookieSeq byte
+// cookieSeq numbers dialFake's cookies: each is unique in the package
+// run, whatever order the tests run in.
+var cookieSeq atomic.Uint64
 
-func testCookie(c byte) []byte {
-	ck := bytes.Repeat([]byte{'a' + c%26}, CookieSize)
-	ck[CookieSize-1] = 0
-	return ck
+// testCookie returns a valid cookie (36 printable characters and a NUL):
+// tag, then n in decimal. Cookies of different tags never collide, so a
+// test that needs a cookie no client holds (a wrong-cookie stream) uses a
+// tag of its own rather than a number dialFake might reach.
+func testCookie(tag string, n uint64) []byte {
+	ck := []byte(fmt.Sprintf("%s%0*d", tag, CookieSize-1-len(tag), n))
+	return append(ck[:CookieSize-1], 0)
 }
 
 // dialFake opens a control connection and sends a valid cookie.
 func dialFake(t *testing.T, ts *testServer) *fakeClient {
 	t.Helper()
-	cookieSeq++
-	c := &fakeClient{t: t, ts: ts, cookie: testCookie(cookieSeq)}
+	c := &fakeClient{t: t, ts: ts, cookie: testCookie("fake", cookieSeq.Add(1))}
 	c.ctrl = c.dial(c.cookie)
 	t.Cleanup(func() { c.ctrl.Close() })
 	return c
@@ -186,7 +192,7 @@ func TestHostileCookies(t *testing.T) {
 	settle(t, ts, "BadCookie", bad, 1)
 
 	// Control characters in the cookie.
-	ck := testCookie(0)
+	ck := testCookie("ctl", 0)
 	ck[3] = '\n'
 	conn = c.dial(ck)
 	if got := readState(t, conn); got != stateAccessDenied {
@@ -273,7 +279,7 @@ func TestWrongCookieStreamAndBusy(t *testing.T) {
 	c.start(tcpParams)
 
 	// A stream with another cookie is refused and the test goes on.
-	intruder := c.dial(testCookie(200))
+	intruder := c.dial(testCookie("intruder", 0))
 	if got := readState(t, intruder); got != stateAccessDenied {
 		t.Fatalf("wrong-cookie stream answered %d, want ACCESS_DENIED", got)
 	}
