@@ -637,3 +637,49 @@ func TestStreamOrder(t *testing.T) {
 	c.finish(300)
 	ts.idle(t)
 }
+
+// TestWaitersBounded: once a test is past its results, connections with a
+// valid cookie wait for it to end, but at most MaxWaiters of them; the
+// rest are denied at once, not parked for HandshakeTimeout each (a flood
+// of valid cookies parked one goroutine and its buffers per connection).
+func TestWaitersBounded(t *testing.T) {
+	ts := startServer(t, Config{MaxWaiters: 2, HandshakeTimeout: 30 * time.Second})
+	a := dialFake(t, ts)
+	a.start(tcpParams)
+	a.tcpStream()
+	a.expect(stateTestStart)
+	a.expect(stateTestRunning)
+	a.send(stateByte(stateTestEnd))
+	a.expect(stateExchangeResults)
+	a.sendJSON(results{SenderHasRetransmits: -1, Streams: []streamResult{{ID: 1}}})
+	if _, err := readJSON(a.ctrl, maxResultsJSON); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(stateDisplayResults)
+
+	var flood []*fakeClient
+	for range 10 {
+		flood = append(flood, dialFake(t, ts))
+	}
+	// Eight are denied while the first test still waits for IPERF_DONE
+	// (30 s of handshake timeout: a waiter would not be refused sooner).
+	waitFor(t, "eight denied", func() bool { return ts.Stats().Denied == 8 })
+	if n := ts.Goroutines(); n > 1+2+2+1 { // UDP reader, test and its control reader, 2 waiters, slack of one exiting
+		t.Fatalf("%d server goroutines with 2 waiters", n)
+	}
+	a.send(stateByte(stateIperfDone))
+	// One waiter starts the next test; the other is denied (busy).
+	var started int
+	for _, f := range flood {
+		f.ctrl.SetReadDeadline(time.Now().Add(15 * time.Second))
+		var b [1]byte
+		if _, err := io.ReadFull(f.ctrl, b[:]); err == nil && int8(b[0]) == stateParamExchange {
+			started++
+			f.ctrl.Close()
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d waiters started a test, want 1", started)
+	}
+	settle(t, ts, "Denied", func(s Stats) uint64 { return s.Denied }, 9)
+}

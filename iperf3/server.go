@@ -60,6 +60,13 @@ type Config struct {
 	// MaxPending bounds the connections waiting to send their cookie;
 	// further ones are closed at once (default 32).
 	MaxPending int
+	// MaxWaiters bounds the connections with a valid cookie that wait for
+	// a test past its results to end (a client that starts as soon as the
+	// previous one has its results); further ones are denied at once
+	// (default 2: the next client and one spare). Each waiter holds a
+	// goroutine and its connection's buffers for up to HandshakeTimeout,
+	// and without the bound a flood of valid cookies parked thousands.
+	MaxWaiters int
 	// Logf, if set, receives one line per refused connection or ended test.
 	Logf func(format string, args ...any)
 }
@@ -85,6 +92,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 32
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 2
 	}
 }
 
@@ -143,6 +153,7 @@ type Server struct {
 	wg        sync.WaitGroup
 	live      atomic.Int64
 	pending   chan struct{}
+	waiters   atomic.Int64
 
 	mu     sync.Mutex
 	active *test
@@ -334,23 +345,32 @@ func (s *Server) handle(c net.Conn, order uint64) {
 		// A client that starts as soon as the previous one has its
 		// results waits for that test's last byte instead of being
 		// refused.
+		why := "a test is running"
 		select {
 		case <-t.wrapping:
-			if !waited {
-				waited = true
-				tm := time.NewTimer(s.cfg.HandshakeTimeout)
-				select {
-				case <-t.over:
-					tm.Stop()
-					continue
-				case <-tm.C:
-				case <-s.closed:
-					tm.Stop()
-				}
+			if waited {
+				break
 			}
+			waited = true
+			if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+				s.waiters.Add(-1)
+				why = fmt.Sprintf("a test is ending and %d connections already wait for it", s.cfg.MaxWaiters)
+				break
+			}
+			tm := time.NewTimer(s.cfg.HandshakeTimeout)
+			select {
+			case <-t.over:
+				tm.Stop()
+				s.waiters.Add(-1)
+				continue
+			case <-tm.C:
+			case <-s.closed:
+				tm.Stop()
+			}
+			s.waiters.Add(-1)
 		default:
 		}
-		s.refuse(&s.stats.Denied, "connection from %v denied: a test is running", c.RemoteAddr())
+		s.refuse(&s.stats.Denied, "connection from %v denied: %s", c.RemoteAddr(), why)
 		s.deny(c)
 		return
 	}

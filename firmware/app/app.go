@@ -21,7 +21,6 @@
 package app
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -211,14 +210,51 @@ func (s *Server) serveSink(c net.Conn) {
 	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
+// maxSourceLine bounds the source's request line: a decimal int64 is at
+// most 19 digits, and a sign, spaces and CR LF fit in the rest. Longer
+// lines are refused: the line was read with no bound, and 64 MiB of
+// digits without a newline grew the heap by 64 MiB per connection.
+const maxSourceLine = 32
+
+// readLine reads one line of at most max bytes (newline included) from
+// c, a byte at a time so that nothing past the newline is consumed, by
+// deadline when c is an idleConn (reads do not renew it).
+func readLine(c net.Conn, max int, deadline time.Time) (string, error) {
+	if ic, ok := c.(*idleConn); ok {
+		ic.until = deadline
+		defer func() { ic.until = time.Time{} }()
+	} else {
+		c.SetReadDeadline(deadline)
+		defer c.SetReadDeadline(time.Time{})
+	}
+	var buf [64]byte
+	line := buf[:0]
+	for len(line) < max {
+		k, err := c.Read(buf[len(line) : len(line)+1])
+		if k == 1 {
+			line = buf[:len(line)+1]
+			if line[len(line)-1] == '\n' {
+				return string(line), nil
+			}
+		}
+		if err != nil {
+			return string(line), err
+		}
+	}
+	return string(line), fmt.Errorf("request line longer than %d bytes", max)
+}
+
 func (s *Server) serveSource(c net.Conn) {
 	defer c.Close()
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := readLine(c, maxSourceLine, time.Now().Add(s.limits().RequestTimeout))
 	if err != nil {
+		s.svc.source.badRequests.Add(1)
+		fmt.Fprintf(c, "bad request: %v\n", err)
 		return
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 	if err != nil || n < 0 {
+		s.svc.source.badRequests.Add(1)
 		fmt.Fprintf(c, "bad length %q\n", strings.TrimSpace(line))
 		return
 	}

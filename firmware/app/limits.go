@@ -22,6 +22,10 @@ type Limits struct {
 	// IdleTimeout closes a sink or source connection that neither reads
 	// nor writes a byte for this long.
 	IdleTimeout time.Duration
+	// RequestTimeout bounds the whole of the source's request line, from
+	// the connection's start: unlike IdleTimeout, reads do not renew it,
+	// so a peer trickling a byte a second cannot hold the place.
+	RequestTimeout time.Duration
 	// HTTPMaxConns bounds the concurrent HTTP connections.
 	HTTPMaxConns int
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout, HTTPIdleTimeout and
@@ -35,6 +39,9 @@ type Limits struct {
 	// one peer (source address): EchoRate a second, EchoBurst at once.
 	EchoRate  int
 	EchoBurst int
+	// IperfMaxStreams, IperfMaxPending and IperfMaxWaiters are the iperf3
+	// server's MaxStreams, MaxPending and MaxWaiters (iperf3.Config).
+	IperfMaxStreams, IperfMaxPending, IperfMaxWaiters int
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
@@ -44,6 +51,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxConns:          64,
 	IdleTimeout:       60 * time.Second,
+	RequestTimeout:    10 * time.Second,
 	HTTPMaxConns:      16,
 	ReadHeaderTimeout: 5 * time.Second,
 	ReadTimeout:       10 * time.Second,
@@ -56,6 +64,12 @@ var DefaultLimits = Limits{
 	// 1.5 MB/s of full-size datagrams.
 	EchoRate:  1000,
 	EchoBurst: 100,
+	// 64 streams (the reference client allows -P 128) and 16 connections
+	// waiting for their cookie keep iperf3's share of the memory budget
+	// (budget.go) at 36 MiB; 2 waiters are the next client and a spare.
+	IperfMaxStreams: 64,
+	IperfMaxPending: 16,
+	IperfMaxWaiters: 2,
 }
 
 // withDefaults fills l's zero fields from DefaultLimits.
@@ -76,7 +90,11 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.MaxHeaderBytes, d.MaxHeaderBytes)
 	pick(&l.EchoRate, d.EchoRate)
 	pick(&l.EchoBurst, d.EchoBurst)
+	pick(&l.IperfMaxStreams, d.IperfMaxStreams)
+	pick(&l.IperfMaxPending, d.IperfMaxPending)
+	pick(&l.IperfMaxWaiters, d.IperfMaxWaiters)
 	pickD(&l.IdleTimeout, d.IdleTimeout)
+	pickD(&l.RequestTimeout, d.RequestTimeout)
 	pickD(&l.ReadHeaderTimeout, d.ReadHeaderTimeout)
 	pickD(&l.ReadTimeout, d.ReadTimeout)
 	pickD(&l.WriteTimeout, d.WriteTimeout)
@@ -90,7 +108,7 @@ type service struct {
 	max  int
 	idle time.Duration // 0: no idle timeout (HTTP has its own)
 
-	active, accepted, refused, idleClosed atomic.Int64
+	active, accepted, refused, idleClosed, badRequests atomic.Int64
 }
 
 // ServiceStats is one service's member of /stats "limits".
@@ -103,11 +121,14 @@ type ServiceStats struct {
 	Accepted   int64 `json:"accepted"`
 	Refused    int64 `json:"refused"`
 	IdleClosed int64 `json:"idle_closed"`
+	// BadRequests were refused for what the peer sent (the source's
+	// line: too long, too slow, not a length).
+	BadRequests int64 `json:"bad_requests"`
 }
 
 func (sv *service) stats() ServiceStats {
 	return ServiceStats{Max: sv.max, Active: sv.active.Load(), Accepted: sv.accepted.Load(),
-		Refused: sv.refused.Load(), IdleClosed: sv.idleClosed.Load()}
+		Refused: sv.refused.Load(), IdleClosed: sv.idleClosed.Load(), BadRequests: sv.badRequests.Load()}
 }
 
 // serve accepts on l until it fails, running handle for each connection
@@ -149,14 +170,20 @@ func (sv *service) accept(l net.Listener) (net.Conn, error) {
 }
 
 // idleConn renews its deadline before every read and write, so a peer
-// that stops moving bytes for sv.idle loses the connection.
+// that stops moving bytes for sv.idle loses the connection; a read never
+// waits past until, when it is set (a request's own deadline).
 type idleConn struct {
 	net.Conn
-	sv *service
+	sv    *service
+	until time.Time
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.sv.idle)); err != nil {
+	d := time.Now().Add(c.sv.idle)
+	if !c.until.IsZero() && c.until.Before(d) {
+		d = c.until
+	}
+	if err := c.Conn.SetReadDeadline(d); err != nil {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
