@@ -22,6 +22,9 @@ type fakeClient struct {
 	ts     *testServer
 	ctrl   net.Conn
 	cookie []byte
+	// local, if set, is the address the client dials from (another peer
+	// on loopback: 127.0.0.2, ...).
+	local string
 }
 
 // cookieSeq numbers dialFake's cookies: each is unique in the package
@@ -49,7 +52,11 @@ func dialFake(t *testing.T, ts *testServer) *fakeClient {
 // dial connects to the server and writes b.
 func (c *fakeClient) dial(b []byte) net.Conn {
 	c.t.Helper()
-	conn, err := net.Dial("tcp4", c.ts.addr())
+	d := net.Dialer{}
+	if c.local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(c.local)}
+	}
+	conn, err := d.Dial("tcp4", c.ts.addr())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -682,4 +689,52 @@ func TestWaitersBounded(t *testing.T) {
 		t.Fatalf("%d waiters started a test, want 1", started)
 	}
 	settle(t, ts, "Denied", func(s Stats) uint64 { return s.Denied }, 9)
+}
+
+// TestPendingSharedBetweenPeers: silent connections from one address
+// cannot take every slot of connections waiting for their cookie: that
+// peer holds at most 3 of 4, another peer runs a test beside them, and
+// when the slots are full a third peer evicts the oldest of the peer
+// holding the most (every other client was closed unread).
+func TestPendingSharedBetweenPeers(t *testing.T) {
+	ts := startServer(t, Config{MaxPending: 4, HandshakeTimeout: 30 * time.Second})
+	hog := &fakeClient{t: t, ts: ts}
+	var silent []net.Conn
+	for range 4 {
+		silent = append(silent, hog.dial(nil))
+		waitFor(t, "accepted", func() bool {
+			ts.mu.Lock()
+			defer ts.mu.Unlock()
+			return len(ts.shakes) == min(len(silent), 3) && (len(silent) < 4 || ts.stats.Overloaded == 1)
+		})
+	}
+	// A second peer runs a whole test beside them.
+	c := &fakeClient{t: t, ts: ts, local: "127.0.0.2", cookie: testCookie("peer", cookieSeq.Add(1))}
+	c.ctrl = c.dial(c.cookie)
+	c.start(tcpParams)
+	s := c.tcpStream()
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	if _, err := s.Write(make([]byte, 700)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "700 bytes counted", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.active != nil && ts.active.progress() == 700
+	})
+	c.finish(700)
+	// Full: the hog's 3 and the second peer's silent one; a third peer
+	// takes the hog's oldest slot.
+	c.dial(nil)
+	third := &fakeClient{t: t, ts: ts, local: "127.0.0.3"}
+	third.dial(nil)
+	silent[0].SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the hog's oldest connection was not closed")
+	}
+	waitFor(t, "one eviction and the test completed", func() bool { st := ts.Stats(); return st.Evicted == 1 && st.Completed == 1 })
+	if st := ts.Stats(); st.Overloaded != 1 {
+		t.Fatalf("stats %+v", st)
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -102,40 +104,52 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// service counts one TCP service's connections and enforces its bound
-// and idle timeout.
+// service counts one TCP service's connections and enforces its bound,
+// its per-peer share and its idle timeout (places.go).
 type service struct {
 	max  int
 	idle time.Duration // 0: no idle timeout (HTTP has its own)
 
+	mu     sync.Mutex
+	places map[*place]struct{}
+	byPeer map[netip.Addr]int
+
 	active, accepted, refused, idleClosed, badRequests atomic.Int64
+	refusedPeer, evicted                               atomic.Int64
 }
 
 // ServiceStats is one service's member of /stats "limits".
 type ServiceStats struct {
 	Max int `json:"max"`
+	// PeerMax is the most places one peer (source address) may hold.
+	PeerMax int `json:"peer_max"`
 	// Active connections now; Accepted since boot, including the Refused
-	// ones (over Max, closed at once); IdleClosed closed by the idle
+	// ones (closed at once: over Max from the peer holding the most, or
+	// over PeerMax, counted in RefusedPeer too); Evicted were closed to
+	// make room for a peer holding fewer; IdleClosed closed by the idle
 	// timeout.
-	Active     int64 `json:"active"`
-	Accepted   int64 `json:"accepted"`
-	Refused    int64 `json:"refused"`
-	IdleClosed int64 `json:"idle_closed"`
+	Active      int64 `json:"active"`
+	Accepted    int64 `json:"accepted"`
+	Refused     int64 `json:"refused"`
+	RefusedPeer int64 `json:"refused_peer"`
+	Evicted     int64 `json:"evicted"`
+	IdleClosed  int64 `json:"idle_closed"`
 	// BadRequests were refused for what the peer sent (the source's
 	// line: too long, too slow, not a length).
 	BadRequests int64 `json:"bad_requests"`
 }
 
 func (sv *service) stats() ServiceStats {
-	return ServiceStats{Max: sv.max, Active: sv.active.Load(), Accepted: sv.accepted.Load(),
-		Refused: sv.refused.Load(), IdleClosed: sv.idleClosed.Load(), BadRequests: sv.badRequests.Load()}
+	return ServiceStats{Max: sv.max, PeerMax: sv.peerMax(), Active: sv.active.Load(), Accepted: sv.accepted.Load(),
+		Refused: sv.refused.Load(), RefusedPeer: sv.refusedPeer.Load(), Evicted: sv.evicted.Load(),
+		IdleClosed: sv.idleClosed.Load(), BadRequests: sv.badRequests.Load()}
 }
 
 // serve accepts on l until it fails, running handle for each connection
-// within the bound; handle must close its connection.
+// within the bounds; handle must close its connection.
 func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
 	for {
-		c, err := sv.accept(l)
+		c, pl, err := sv.accept(l)
 		if err != nil {
 			return
 		}
@@ -143,30 +157,30 @@ func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
 			continue
 		}
 		go func() {
-			defer sv.active.Add(-1)
+			defer sv.release(pl)
 			handle(c)
 		}()
 	}
 }
 
-// accept returns the next connection within the bound, nil for one
-// refused, or l's error.
-func (sv *service) accept(l net.Listener) (net.Conn, error) {
+// accept returns the next connection within the bounds and its place,
+// nil for one refused, or l's error.
+func (sv *service) accept(l net.Listener) (net.Conn, *place, error) {
 	c, err := l.Accept()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sv.accepted.Add(1)
-	if sv.active.Add(1) > int64(sv.max) {
-		sv.active.Add(-1)
+	pl := sv.take(c)
+	if pl == nil {
 		sv.refused.Add(1)
 		c.Close()
-		return nil, nil
+		return nil, nil, nil
 	}
 	if sv.idle > 0 {
 		c = &idleConn{Conn: c, sv: sv}
 	}
-	return c, nil
+	return c, pl, nil
 }
 
 // idleConn renews its deadline before every read and write, so a peer
@@ -210,7 +224,7 @@ func (c *idleConn) count(err error) {
 	}
 }
 
-// limitListener is a net.Listener within a service's bound, for
+// limitListener is a net.Listener within a service's bounds, for
 // http.Server.
 type limitListener struct {
 	net.Listener
@@ -219,27 +233,25 @@ type limitListener struct {
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.sv.accept(l.Listener)
+		c, pl, err := l.sv.accept(l.Listener)
 		if err != nil {
 			return nil, err
 		}
 		if c != nil {
-			return &countedConn{Conn: c, sv: l.sv}, nil
+			return &countedConn{Conn: c, sv: l.sv, pl: pl}, nil
 		}
 	}
 }
 
-// countedConn gives its place back to the service once, on Close.
+// countedConn gives its place back to the service on Close.
 type countedConn struct {
 	net.Conn
-	sv     *service
-	closed atomic.Bool
+	sv *service
+	pl *place
 }
 
 func (c *countedConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.sv.active.Add(-1)
-	}
+	c.sv.release(c.pl)
 	return c.Conn.Close()
 }
 
