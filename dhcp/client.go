@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -72,6 +71,14 @@ const (
 	// DeclineWait is how long the client waits after declining an
 	// address in use before it starts again (RFC 2131 §3.1 step 5).
 	DeclineWait = 10 * time.Second
+	// MinSendInterval is the least time between any two messages the
+	// client sends, whatever the servers answer: a floor under every
+	// other timer, so that no reply (a lease of a second, a T1 of 0, an
+	// ACK to every REQUEST at once) can make the client broadcast faster
+	// than once a second. RFC 2131's own timers never go below it (the
+	// first retransmission waits 4 ± 1 s, §4.1); it costs at most a
+	// second between an OFFER and the REQUEST that follows.
+	MinSendInterval = time.Second
 	// RequestTries is how many DHCPREQUESTs REQUESTING sends before it
 	// goes back to INIT.
 	RequestTries = 4
@@ -117,7 +124,9 @@ type Stats struct {
 	WrongXID   uint64 `json:"wrong_xid"`    // no transaction of ours
 	WrongCHAdr uint64 `json:"wrong_chaddr"` // someone else's hardware address
 	Unexpected uint64 `json:"unexpected"`   // type not expected in this state, or from another server
-	BadReply   uint64 `json:"bad_reply"`    // missing server id or lease time, unusable address
+	BadReply   uint64 `json:"bad_reply"`    // missing server id or lease time, unusable address (network, broadcast)
+	BadRouter  uint64 `json:"bad_router"`   // DHCPACKs whose routers were all outside the subnet (lease kept, no default route)
+	Paced      uint64 `json:"paced"`        // messages held back to keep MinSendInterval
 	Overflow   uint64 `json:"rx_overflow"`  // replies dropped because the queue was full
 	SendErrors uint64 `json:"send_errors"`
 	LastError  string `json:"last_error,omitempty"`
@@ -175,6 +184,10 @@ type Client struct {
 	unspec   bool // 0.0.0.0 is on the NIC
 	xid      uint32
 	xidValid bool
+
+	// lastSend is when the last message went out (MinSendInterval);
+	// only Run's goroutine uses it.
+	lastSend time.Time
 }
 
 // New opens the client's UDP endpoint (port 68 on cfg.NIC) and returns a
@@ -382,7 +395,9 @@ func (c *Client) acquire(ctx context.Context) error {
 		var offer *Message
 		for try := 0; offer == nil; try++ {
 			secs := uint16(min(c.clock.Now().Sub(start)/time.Second, 0xffff))
-			c.send(c.discover(xid, secs), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Discovers++ })
+			if _, err := c.send(ctx, c.discover(xid, secs), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Discovers++ }); err != nil {
+				return err
+			}
 			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool { return c.acceptOffer(m) })
 			if err != nil {
 				return err
@@ -395,9 +410,11 @@ func (c *Client) acquire(ctx context.Context) error {
 		var lease *Lease
 		nak := false
 		for try := 0; try < RequestTries && lease == nil && !nak; try++ {
-			sent := c.clock.Now()
-			secs := uint16(min(sent.Sub(start)/time.Second, 0xffff))
-			c.send(c.request(xid, secs, netip.Addr{}, offer.YIAddr, server, true), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Requests++ })
+			secs := uint16(min(c.clock.Now().Sub(start)/time.Second, 0xffff))
+			sent, err := c.send(ctx, c.request(xid, secs, netip.Addr{}, offer.YIAddr, server, true), netip.AddrFrom4([4]byte{255, 255, 255, 255}), try > 0, func(s *Stats) { s.Requests++ })
+			if err != nil {
+				return err
+			}
 			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool { return c.acceptAckNak(m, server) })
 			if err != nil {
 				return err
@@ -433,7 +450,9 @@ func (c *Client) acquire(ctx context.Context) error {
 				s.Conflicts++
 				s.LastError = fmt.Sprintf("%v is in use on the link (ARP): declined", lease.Addr.Addr())
 			})
-			c.send(c.decline(xid, lease.Addr.Addr(), server), netip.AddrFrom4([4]byte{255, 255, 255, 255}), false, func(s *Stats) { s.Declines++ })
+			if _, err := c.send(ctx, c.decline(xid, lease.Addr.Addr(), server), netip.AddrFrom4([4]byte{255, 255, 255, 255}), false, func(s *Stats) { s.Declines++ }); err != nil {
+				return err
+			}
 			if err := c.sleep(ctx, DeclineWait); err != nil {
 				return err
 			}
@@ -473,9 +492,12 @@ func (c *Client) keep(ctx context.Context) error {
 				if left <= 0 {
 					break
 				}
-				sent := c.clock.Now()
-				secs := uint16(min(sent.Sub(start)/time.Second, 0xffff))
-				c.send(c.request(xid, secs, l.Addr.Addr(), netip.Addr{}, netip.Addr{}, false), phase.to, try > 0, func(s *Stats) { s.Requests++ })
+				secs := uint16(min(c.clock.Now().Sub(start)/time.Second, 0xffff))
+				sent, err := c.send(ctx, c.request(xid, secs, l.Addr.Addr(), netip.Addr{}, netip.Addr{}, false), phase.to, try > 0, func(s *Stats) { s.Requests++ })
+				if err != nil {
+					return err
+				}
+				left = phase.until.Sub(c.clock.Now())
 				wait := min(max(left/2, MinRenewWait), left)
 				server := l.Server
 				if phase.state == Rebinding {
@@ -559,21 +581,20 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// usable reports whether a is an address a host may take.
-func usable(a netip.Addr) bool {
-	return a.Is4() && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
-}
-
 func (c *Client) acceptOffer(m *Message) bool {
 	if m.Type() != Offer {
 		c.count(func(s *Stats) { s.Unexpected++ })
 		return false
 	}
-	if id, ok := m.Addr(OptServerID); !ok || !usable(id) || !usable(m.YIAddr) {
+	if id, ok := m.Addr(OptServerID); !ok || !usable(id) {
 		c.count(func(s *Stats) {
 			s.BadReply++
-			s.LastError = fmt.Sprintf("DHCPOFFER of %v without a usable server identifier or address", m.YIAddr)
+			s.LastError = fmt.Sprintf("DHCPOFFER of %v without a usable server identifier", m.YIAddr)
 		})
+		return false
+	}
+	if _, why := offered(m); why != "" {
+		c.count(func(s *Stats) { s.BadReply++; s.LastError = "DHCPOFFER of " + why })
 		return false
 	}
 	return true
@@ -599,114 +620,6 @@ func (c *Client) acceptAckNak(m *Message, server netip.Addr) bool {
 	return true
 }
 
-// leaseFrom turns a DHCPACK into a lease starting at sent, or counts it
-// as bad and returns nil.
-func (c *Client) leaseFrom(m *Message, sent time.Time) *Lease {
-	bad := func(why string) *Lease {
-		c.count(func(s *Stats) { s.BadReply++; s.LastError = "DHCPACK " + why })
-		return nil
-	}
-	if !usable(m.YIAddr) {
-		return bad(fmt.Sprintf("with unusable address %v", m.YIAddr))
-	}
-	server, ok := m.Addr(OptServerID)
-	if !ok || !usable(server) {
-		return bad("without a server identifier")
-	}
-	secs, ok := m.Uint32(OptLeaseTime)
-	if !ok {
-		return bad("without a lease time")
-	}
-	l := &Lease{Server: server, Start: sent}
-	bits := classful(m.YIAddr)
-	if v, ok := m.Options[OptSubnetMask]; ok {
-		b, ok := maskBits(v)
-		if !ok || b == 0 || b > 30 {
-			return bad(fmt.Sprintf("with subnet mask % x", v))
-		}
-		bits = b
-	}
-	l.Addr = netip.PrefixFrom(m.YIAddr, bits)
-	if rs, ok := m.Addrs(OptRouter); ok && usable(rs[0]) {
-		l.Gateway = rs[0]
-	}
-	if ds, ok := m.Addrs(OptDNS); ok {
-		for _, d := range ds[:min(len(ds), maxDNS)] {
-			if usable(d) {
-				l.DNS = append(l.DNS, d)
-			}
-		}
-	}
-	if secs == 0xffffffff {
-		l.Duration, l.T1, l.T2 = Infinite, Infinite, Infinite
-		return l
-	}
-	l.Duration = time.Duration(secs) * time.Second
-	l.T1, l.T2 = l.Duration/2, l.Duration*7/8
-	t1, ok1 := m.Uint32(OptRenewalTime)
-	t2, ok2 := m.Uint32(OptRebindingTime)
-	if ok2 && t2 < secs {
-		l.T2 = time.Duration(t2) * time.Second
-	}
-	if ok1 && time.Duration(t1)*time.Second < l.T2 {
-		l.T1 = time.Duration(t1) * time.Second
-	}
-	if l.T1 > l.T2 {
-		l.T1 = l.T2
-	}
-	return l
-}
-
-func classful(a netip.Addr) int {
-	switch b := a.As4()[0]; {
-	case b < 128:
-		return 8
-	case b < 192:
-		return 16
-	default:
-		return 24
-	}
-}
-
-// maskBits returns the prefix length of a contiguous 4-byte mask.
-func maskBits(v []byte) (int, bool) {
-	if len(v) != 4 {
-		return 0, false
-	}
-	m := binary.BigEndian.Uint32(v)
-	bits := 0
-	for m&0x80000000 != 0 {
-		bits++
-		m <<= 1
-	}
-	return bits, m == 0
-}
-
-// base returns a request or discover with the fields every client
-// message carries.
-func (c *Client) base(t MessageType, xid uint32, secs uint16) *Message {
-	m := &Message{Op: OpRequest, XID: xid, Secs: secs, CHAddr: c.mac}
-	m.Set(OptMessageType, []byte{byte(t)})
-	m.Set(OptClientID, append([]byte{1}, c.mac[:]...))
-	m.Set(OptMaxMessageLen, []byte{0x05, 0xdc}) // 1500: what our MTU carries
-	if c.cfg.Hostname != "" {
-		m.Set(OptHostName, []byte(c.cfg.Hostname))
-	}
-	m.Set(OptParamRequest, []byte{OptSubnetMask, OptRouter, OptDNS, OptLeaseTime, OptRenewalTime, OptRebindingTime})
-	return m
-}
-
-// decline builds a DHCPDECLINE of addr to server (RFC 2131 table 5).
-func (c *Client) decline(xid uint32, addr, server netip.Addr) *Message {
-	m := &Message{Op: OpRequest, XID: xid, CHAddr: c.mac}
-	m.Set(OptMessageType, []byte{byte(Decline)})
-	m.Set(OptClientID, append([]byte{1}, c.mac[:]...))
-	a, sv := addr.As4(), server.As4()
-	m.Set(OptRequestedIP, a[:])
-	m.Set(OptServerID, sv[:])
-	return m
-}
-
 // probe asks the link whether addr is in use, by gVisor's IPv4 duplicate
 // address detection (ARP probes from 0.0.0.0, RFC 5227). It returns false
 // at once when the stack's ARP has DAD off (arp.Options.DADConfigs).
@@ -730,37 +643,24 @@ func (c *Client) probe(ctx context.Context, addr netip.Addr) (bool, error) {
 	}
 }
 
-func (c *Client) discover(xid uint32, secs uint16) *Message {
-	m := c.base(Discover, xid, secs)
-	m.Flags = FlagBroadcast
-	return m
-}
-
-// request builds a DHCPREQUEST: in SELECTING with requested and server
-// set (§4.3.2), in RENEWING/REBINDING with ciaddr set and neither.
-func (c *Client) request(xid uint32, secs uint16, ciaddr, requested, server netip.Addr, broadcast bool) *Message {
-	m := c.base(Request, xid, secs)
-	m.CIAddr = ciaddr
-	if broadcast {
-		m.Flags = FlagBroadcast
+// send writes m to to:67 on the client's NIC, counting it, no sooner than
+// MinSendInterval after the previous message, and returns when it was
+// sent; its error is ctx's, if ctx ends while it waits.
+func (c *Client) send(ctx context.Context, m *Message, to netip.Addr, retransmit bool, counter func(*Stats)) (time.Time, error) {
+	if !c.lastSend.IsZero() {
+		if wait := c.lastSend.Add(MinSendInterval).Sub(c.clock.Now()); wait > 0 {
+			c.count(func(s *Stats) { s.Paced++ })
+			if err := c.sleep(ctx, wait); err != nil {
+				return time.Time{}, err
+			}
+		}
 	}
-	if requested.IsValid() {
-		a := requested.As4()
-		m.Set(OptRequestedIP, a[:])
-	}
-	if server.IsValid() {
-		a := server.As4()
-		m.Set(OptServerID, a[:])
-	}
-	return m
-}
-
-// send writes m to to:67 on the client's NIC, counting it.
-func (c *Client) send(m *Message, to netip.Addr, retransmit bool, counter func(*Stats)) {
+	now := c.clock.Now()
+	c.lastSend = now
 	b, err := m.Marshal()
 	if err != nil {
 		c.count(func(s *Stats) { s.SendErrors++; s.LastError = err.Error() })
-		return
+		return now, nil
 	}
 	a := to.As4()
 	_, terr := c.ep.Write(bytes.NewReader(b), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: c.cfg.NIC, Addr: tcpip.AddrFrom4(a), Port: ServerPort}})
@@ -774,6 +674,7 @@ func (c *Client) send(m *Message, to netip.Addr, retransmit bool, counter func(*
 			s.LastError = fmt.Sprintf("send %v to %v: %v", m.Type(), to, terr)
 		}
 	})
+	return now, nil
 }
 
 var unspecified = tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
@@ -858,12 +759,4 @@ func (c *Client) drop(why string) {
 	}
 	c.have = false
 	c.lease = Lease{}
-}
-
-func maskBytes(bits int) []byte {
-	m := make([]byte, 4)
-	for i := 0; i < bits; i++ {
-		m[i/8] |= 0x80 >> (i % 8)
-	}
-	return m
 }

@@ -200,8 +200,12 @@ type server struct {
 	wq    waiter.Queue
 	mu    sync.Mutex
 	lease uint32 // seconds
-	t1    uint32 // 0: not sent
+	t1    uint32 // 0: not sent, unless sendT
 	t2    uint32
+	sendT bool // send options 58 and 59 even when 0
+	// offerIP, if valid, is offered instead of leaseIP; router, if
+	// valid, is sent as option 3 instead of serverIP.
+	offerIP, router netip.Addr
 	// policy decides per message; nil answers everything.
 	policy func(t layers.DHCPMsgType, d *layers.DHCPv4) reply
 	// extra, if set, is sent just before every reply (wrong xid,
@@ -319,8 +323,17 @@ func (srv *server) build(req *layers.DHCPv4, t MessageType, lease, t1, t2 uint32
 	binary.BigEndian.PutUint32(b[4:], req.Xid)
 	binary.BigEndian.PutUint16(b[10:], req.Flags)
 	copy(b[12:16], req.ClientIP.To4())
+	srv.mu.Lock()
+	offer, router, sendT := leaseIP, serverIP, srv.sendT
+	if srv.offerIP.IsValid() {
+		offer = srv.offerIP
+	}
+	if srv.router.IsValid() {
+		router = srv.router
+	}
+	srv.mu.Unlock()
 	if t != Nak {
-		copy(b[16:20], leaseIP.AsSlice())
+		copy(b[16:20], offer.AsSlice())
 	}
 	copy(b[28:34], req.ClientHWAddr)
 	copy(b[236:], []byte{99, 130, 83, 99})
@@ -328,14 +341,14 @@ func (srv *server) build(req *layers.DHCPv4, t MessageType, lease, t1, t2 uint32
 	b = append(b, serverIP.AsSlice()...)
 	if t != Nak {
 		b = append(b, 51, 4, byte(lease>>24), byte(lease>>16), byte(lease>>8), byte(lease))
-		if t1 != 0 {
+		if t1 != 0 || sendT {
 			b = append(b, 58, 4, byte(t1>>24), byte(t1>>16), byte(t1>>8), byte(t1))
 		}
-		if t2 != 0 {
+		if t2 != 0 || sendT {
 			b = append(b, 59, 4, byte(t2>>24), byte(t2>>16), byte(t2>>8), byte(t2))
 		}
 		b = append(b, 1, 4, 255, 255, 255, 0, 3, 4)
-		b = append(b, serverIP.AsSlice()...)
+		b = append(b, router.AsSlice()...)
 		b = append(b, 6, 8, 10, 0, 0, 3, 10, 0, 0, 4)
 	}
 	b = append(b, 255)

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,21 +22,28 @@ type fakeClient struct {
 	ts     *testServer
 	ctrl   net.Conn
 	cookie []byte
+	// local, if set, is the address the client dials from (another peer
+	// on loopback: 127.0.0.2, ...).
+	local string
 }
 
-var cookieSeq byte
+// cookieSeq numbers dialFake's cookies: each is unique in the package
+// run, whatever order the tests run in.
+var cookieSeq atomic.Uint64
 
-func testCookie(c byte) []byte {
-	ck := bytes.Repeat([]byte{'a' + c%26}, CookieSize)
-	ck[CookieSize-1] = 0
-	return ck
+// testCookie returns a valid cookie (36 printable characters and a NUL):
+// tag, then n in decimal. Cookies of different tags never collide, so a
+// test that needs a cookie no client holds (a wrong-cookie stream) uses a
+// tag of its own rather than a number dialFake might reach.
+func testCookie(tag string, n uint64) []byte {
+	ck := []byte(fmt.Sprintf("%s%0*d", tag, CookieSize-1-len(tag), n))
+	return append(ck[:CookieSize-1], 0)
 }
 
 // dialFake opens a control connection and sends a valid cookie.
 func dialFake(t *testing.T, ts *testServer) *fakeClient {
 	t.Helper()
-	cookieSeq++
-	c := &fakeClient{t: t, ts: ts, cookie: testCookie(cookieSeq)}
+	c := &fakeClient{t: t, ts: ts, cookie: testCookie("fake", cookieSeq.Add(1))}
 	c.ctrl = c.dial(c.cookie)
 	t.Cleanup(func() { c.ctrl.Close() })
 	return c
@@ -43,7 +52,11 @@ func dialFake(t *testing.T, ts *testServer) *fakeClient {
 // dial connects to the server and writes b.
 func (c *fakeClient) dial(b []byte) net.Conn {
 	c.t.Helper()
-	conn, err := net.Dial("tcp4", c.ts.addr())
+	d := net.Dialer{}
+	if c.local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(c.local)}
+	}
+	conn, err := d.Dial("tcp4", c.ts.addr())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -186,7 +199,7 @@ func TestHostileCookies(t *testing.T) {
 	settle(t, ts, "BadCookie", bad, 1)
 
 	// Control characters in the cookie.
-	ck := testCookie(0)
+	ck := testCookie("ctl", 0)
 	ck[3] = '\n'
 	conn = c.dial(ck)
 	if got := readState(t, conn); got != stateAccessDenied {
@@ -273,7 +286,7 @@ func TestWrongCookieStreamAndBusy(t *testing.T) {
 	c.start(tcpParams)
 
 	// A stream with another cookie is refused and the test goes on.
-	intruder := c.dial(testCookie(200))
+	intruder := c.dial(testCookie("intruder", 0))
 	if got := readState(t, intruder); got != stateAccessDenied {
 		t.Fatalf("wrong-cookie stream answered %d, want ACCESS_DENIED", got)
 	}
@@ -630,4 +643,98 @@ func TestStreamOrder(t *testing.T) {
 	})
 	c.finish(300)
 	ts.idle(t)
+}
+
+// TestWaitersBounded: once a test is past its results, connections with a
+// valid cookie wait for it to end, but at most MaxWaiters of them; the
+// rest are denied at once, not parked for HandshakeTimeout each (a flood
+// of valid cookies parked one goroutine and its buffers per connection).
+func TestWaitersBounded(t *testing.T) {
+	ts := startServer(t, Config{MaxWaiters: 2, HandshakeTimeout: 30 * time.Second})
+	a := dialFake(t, ts)
+	a.start(tcpParams)
+	a.tcpStream()
+	a.expect(stateTestStart)
+	a.expect(stateTestRunning)
+	a.send(stateByte(stateTestEnd))
+	a.expect(stateExchangeResults)
+	a.sendJSON(results{SenderHasRetransmits: -1, Streams: []streamResult{{ID: 1}}})
+	if _, err := readJSON(a.ctrl, maxResultsJSON); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(stateDisplayResults)
+
+	var flood []*fakeClient
+	for range 10 {
+		flood = append(flood, dialFake(t, ts))
+	}
+	// Eight are denied while the first test still waits for IPERF_DONE
+	// (30 s of handshake timeout: a waiter would not be refused sooner).
+	waitFor(t, "eight denied", func() bool { return ts.Stats().Denied == 8 })
+	if n := ts.Goroutines(); n > 1+2+2+1 { // UDP reader, test and its control reader, 2 waiters, slack of one exiting
+		t.Fatalf("%d server goroutines with 2 waiters", n)
+	}
+	a.send(stateByte(stateIperfDone))
+	// One waiter starts the next test; the other is denied (busy).
+	var started int
+	for _, f := range flood {
+		f.ctrl.SetReadDeadline(time.Now().Add(15 * time.Second))
+		var b [1]byte
+		if _, err := io.ReadFull(f.ctrl, b[:]); err == nil && int8(b[0]) == stateParamExchange {
+			started++
+			f.ctrl.Close()
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d waiters started a test, want 1", started)
+	}
+	settle(t, ts, "Denied", func(s Stats) uint64 { return s.Denied }, 9)
+}
+
+// TestPendingSharedBetweenPeers: silent connections from one address
+// cannot take every slot of connections waiting for their cookie: that
+// peer holds at most 3 of 4, another peer runs a test beside them, and
+// when the slots are full a third peer evicts the oldest of the peer
+// holding the most (every other client was closed unread).
+func TestPendingSharedBetweenPeers(t *testing.T) {
+	ts := startServer(t, Config{MaxPending: 4, HandshakeTimeout: 30 * time.Second})
+	hog := &fakeClient{t: t, ts: ts}
+	var silent []net.Conn
+	for range 4 {
+		silent = append(silent, hog.dial(nil))
+		waitFor(t, "accepted", func() bool {
+			ts.mu.Lock()
+			defer ts.mu.Unlock()
+			return len(ts.shakes) == min(len(silent), 3) && (len(silent) < 4 || ts.stats.Overloaded == 1)
+		})
+	}
+	// A second peer runs a whole test beside them.
+	c := &fakeClient{t: t, ts: ts, local: "127.0.0.2", cookie: testCookie("peer", cookieSeq.Add(1))}
+	c.ctrl = c.dial(c.cookie)
+	c.start(tcpParams)
+	s := c.tcpStream()
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	if _, err := s.Write(make([]byte, 700)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "700 bytes counted", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.active != nil && ts.active.progress() == 700
+	})
+	c.finish(700)
+	// Full: the hog's 3 and the second peer's silent one; a third peer
+	// takes the hog's oldest slot.
+	c.dial(nil)
+	third := &fakeClient{t: t, ts: ts, local: "127.0.0.3"}
+	third.dial(nil)
+	silent[0].SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the hog's oldest connection was not closed")
+	}
+	waitFor(t, "one eviction and the test completed", func() bool { st := ts.Stats(); return st.Evicted == 1 && st.Completed == 1 })
+	if st := ts.Stats(); st.Overloaded != 1 {
+		t.Fatalf("stats %+v", st)
+	}
 }

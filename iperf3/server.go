@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,13 @@ type Config struct {
 	// MaxPending bounds the connections waiting to send their cookie;
 	// further ones are closed at once (default 32).
 	MaxPending int
+	// MaxWaiters bounds the connections with a valid cookie that wait for
+	// a test past its results to end (a client that starts as soon as the
+	// previous one has its results); further ones are denied at once
+	// (default 2: the next client and one spare). Each waiter holds a
+	// goroutine and its connection's buffers for up to HandshakeTimeout,
+	// and without the bound a flood of valid cookies parked thousands.
+	MaxWaiters int
 	// Logf, if set, receives one line per refused connection or ended test.
 	Logf func(format string, args ...any)
 }
@@ -86,6 +94,9 @@ func (c *Config) defaults() {
 	if c.MaxPending <= 0 {
 		c.MaxPending = 32
 	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 2
+	}
 }
 
 // Stats counts what the server has seen since it was created.
@@ -102,7 +113,8 @@ type Stats struct {
 	ServerClosed     uint64 // ... the server was closed
 	Denied           uint64 // connections answered ACCESS_DENIED: busy, or a stream with the wrong cookie
 	BadCookie        uint64 // connections whose cookie was malformed or did not arrive in time
-	Overloaded       uint64 // connections closed unread because MaxPending were waiting
+	Overloaded       uint64 // connections closed unread: MaxPending were waiting and their peer held the most, or their peer held its share
+	Evicted          uint64 // connections waiting for their cookie closed to make room for a peer holding fewer
 	StrayDatagrams   uint64 // UDP datagrams that belong to no stream of the running test
 	ShortDatagrams   uint64 // UDP datagrams too short for the iperf3 header
 	UDPSendErrors    uint64 // UDP datagrams the server failed to send
@@ -142,11 +154,12 @@ type Server struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	live      atomic.Int64
-	pending   chan struct{}
+	waiters   atomic.Int64
 
 	mu     sync.Mutex
 	active *test
-	shakes map[net.Conn]struct{} // connections still reading their cookie
+	shakes map[net.Conn]*shake // connections still reading their cookie (MaxPending)
+	byPeer map[netip.Addr]int  // shakes per peer
 	stats  Stats
 }
 
@@ -155,7 +168,7 @@ type Server struct {
 func NewServer(tcp net.Listener, udp net.PacketConn, cfg Config) *Server {
 	cfg.defaults()
 	return &Server{cfg: cfg, tcp: tcp, udp: udp, closed: make(chan struct{}),
-		pending: make(chan struct{}, cfg.MaxPending), shakes: make(map[net.Conn]struct{})}
+		shakes: make(map[net.Conn]*shake), byPeer: make(map[netip.Addr]int)}
 }
 
 // Serve accepts connections until the listener fails or Close is called;
@@ -179,17 +192,14 @@ func (s *Server) Serve() error {
 			}
 			return fmt.Errorf("iperf3: accept: %w", err)
 		}
-		select {
-		case s.pending <- struct{}{}:
-		default:
-			s.refuse(&s.stats.Overloaded, "overloaded: %d connections already waiting for their cookie, closed %v", s.cfg.MaxPending, c.RemoteAddr())
+		if !s.admit(c) {
 			c.Close()
 			continue
 		}
 		order++
 		n := order
 		if !s.spawn(func() { s.handle(c, n) }) {
-			<-s.pending
+			s.release(c)
 			c.Close()
 		}
 	}
@@ -295,20 +305,16 @@ func (s *Server) handle(c net.Conn, order uint64) {
 	select {
 	case <-s.closed:
 		s.mu.Unlock()
-		<-s.pending
+		s.release(c)
 		c.Close()
 		return
 	default:
 	}
-	s.shakes[c] = struct{}{}
 	s.mu.Unlock()
 	c.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	var ck [CookieSize]byte
 	_, err := io.ReadFull(c, ck[:])
-	<-s.pending
-	s.mu.Lock()
-	delete(s.shakes, c)
-	s.mu.Unlock()
+	s.release(c)
 	if err != nil {
 		s.refuse(&s.stats.BadCookie, "cookie from %v: %v", c.RemoteAddr(), err)
 		c.Close()
@@ -334,23 +340,32 @@ func (s *Server) handle(c net.Conn, order uint64) {
 		// A client that starts as soon as the previous one has its
 		// results waits for that test's last byte instead of being
 		// refused.
+		why := "a test is running"
 		select {
 		case <-t.wrapping:
-			if !waited {
-				waited = true
-				tm := time.NewTimer(s.cfg.HandshakeTimeout)
-				select {
-				case <-t.over:
-					tm.Stop()
-					continue
-				case <-tm.C:
-				case <-s.closed:
-					tm.Stop()
-				}
+			if waited {
+				break
 			}
+			waited = true
+			if s.waiters.Add(1) > int64(s.cfg.MaxWaiters) {
+				s.waiters.Add(-1)
+				why = fmt.Sprintf("a test is ending and %d connections already wait for it", s.cfg.MaxWaiters)
+				break
+			}
+			tm := time.NewTimer(s.cfg.HandshakeTimeout)
+			select {
+			case <-t.over:
+				tm.Stop()
+				s.waiters.Add(-1)
+				continue
+			case <-tm.C:
+			case <-s.closed:
+				tm.Stop()
+			}
+			s.waiters.Add(-1)
 		default:
 		}
-		s.refuse(&s.stats.Denied, "connection from %v denied: a test is running", c.RemoteAddr())
+		s.refuse(&s.stats.Denied, "connection from %v denied: %s", c.RemoteAddr(), why)
 		s.deny(c)
 		return
 	}

@@ -7,7 +7,8 @@
 //     last one is also kept for /stats);
 //   - TCP 5002: read one line holding a decimal N, send N bytes of Pattern
 //     as fast as possible, then close once the peer closes;
-//   - UDP 7: echo;
+//   - UDP 7: echo (not to the ports of other datagram services, and
+//     rate-limited per peer: echo.go);
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
 //     POST /gc (a full garbage collection, then the runtime statistics),
 //     GET / (a small status page). POST /mode and POST /gc need the header
@@ -20,7 +21,6 @@
 package app
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -116,6 +115,8 @@ type Server struct {
 	Limits Limits
 
 	svc services
+	// echoNow is the echo limiter's clock (nil: time.Now); tests stop it.
+	echoNow func() time.Time
 
 	// noHash makes the sink count bytes without hashing them (POST
 	// /mode?hash=0), so that a benchmark measures the network path and not
@@ -155,7 +156,7 @@ func (s *Server) Start() error {
 	s.initServices()
 	go s.svc.sink.serve(sink, s.serveSink)
 	go s.svc.source.serve(src, s.serveSource)
-	go s.echo(udp)
+	go s.svc.echo.run(udp)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
@@ -209,14 +210,51 @@ func (s *Server) serveSink(c net.Conn) {
 	fmt.Fprintf(c, "%d %d %d %d %s\n", n, int64(end.Sub(start)), fte, s.Ctl.IdleNanoseconds()-idle0, sum)
 }
 
+// maxSourceLine bounds the source's request line: a decimal int64 is at
+// most 19 digits, and a sign, spaces and CR LF fit in the rest. Longer
+// lines are refused: the line was read with no bound, and 64 MiB of
+// digits without a newline grew the heap by 64 MiB per connection.
+const maxSourceLine = 32
+
+// readLine reads one line of at most max bytes (newline included) from
+// c, a byte at a time so that nothing past the newline is consumed, by
+// deadline when c is an idleConn (reads do not renew it).
+func readLine(c net.Conn, max int, deadline time.Time) (string, error) {
+	if ic, ok := c.(*idleConn); ok {
+		ic.until = deadline
+		defer func() { ic.until = time.Time{} }()
+	} else {
+		c.SetReadDeadline(deadline)
+		defer c.SetReadDeadline(time.Time{})
+	}
+	var buf [64]byte
+	line := buf[:0]
+	for len(line) < max {
+		k, err := c.Read(buf[len(line) : len(line)+1])
+		if k == 1 {
+			line = buf[:len(line)+1]
+			if line[len(line)-1] == '\n' {
+				return string(line), nil
+			}
+		}
+		if err != nil {
+			return string(line), err
+		}
+	}
+	return string(line), fmt.Errorf("request line longer than %d bytes", max)
+}
+
 func (s *Server) serveSource(c net.Conn) {
 	defer c.Close()
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := readLine(c, maxSourceLine, time.Now().Add(s.limits().RequestTimeout))
 	if err != nil {
+		s.svc.source.badRequests.Add(1)
+		fmt.Fprintf(c, "bad request: %v\n", err)
 		return
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 	if err != nil || n < 0 {
+		s.svc.source.badRequests.Add(1)
 		fmt.Fprintf(c, "bad length %q\n", strings.TrimSpace(line))
 		return
 	}
@@ -231,17 +269,6 @@ func (s *Server) serveSource(c net.Conn) {
 	}
 	// Close once the peer closes.
 	io.Copy(io.Discard, c)
-}
-
-func (s *Server) echo(c *gonet.UDPConn) {
-	buf := make([]byte, 1<<16)
-	for {
-		n, from, err := c.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		c.WriteTo(buf[:n], from)
-	}
 }
 
 // Stats is the /stats document.

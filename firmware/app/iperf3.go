@@ -24,8 +24,12 @@ func (s *Server) StartIperf3() (*iperf3.Server, error) {
 		l.Close()
 		return nil, fmt.Errorf("app: iperf3: %w", err)
 	}
+	lim := s.limits()
 	srv := iperf3.NewServer(l, u, iperf3.Config{
-		CPU: iperf3.IdleCPU{Boot: s.Boot, Idle: s.Ctl.IdleNanoseconds},
+		CPU:        iperf3.IdleCPU{Boot: s.Boot, Idle: s.Ctl.IdleNanoseconds},
+		MaxStreams: lim.IperfMaxStreams,
+		MaxPending: lim.IperfMaxPending,
+		MaxWaiters: lim.IperfMaxWaiters,
 	})
 	go srv.Serve()
 	return srv, nil

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -22,6 +24,10 @@ type Limits struct {
 	// IdleTimeout closes a sink or source connection that neither reads
 	// nor writes a byte for this long.
 	IdleTimeout time.Duration
+	// RequestTimeout bounds the whole of the source's request line, from
+	// the connection's start: unlike IdleTimeout, reads do not renew it,
+	// so a peer trickling a byte a second cannot hold the place.
+	RequestTimeout time.Duration
 	// HTTPMaxConns bounds the concurrent HTTP connections.
 	HTTPMaxConns int
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout, HTTPIdleTimeout and
@@ -31,6 +37,13 @@ type Limits struct {
 	WriteTimeout      time.Duration
 	HTTPIdleTimeout   time.Duration
 	MaxHeaderBytes    int
+	// EchoRate and EchoBurst bound the datagrams the UDP echo answers to
+	// one peer (source address): EchoRate a second, EchoBurst at once.
+	EchoRate  int
+	EchoBurst int
+	// IperfMaxStreams, IperfMaxPending and IperfMaxWaiters are the iperf3
+	// server's MaxStreams, MaxPending and MaxWaiters (iperf3.Config).
+	IperfMaxStreams, IperfMaxPending, IperfMaxWaiters int
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
@@ -40,12 +53,25 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxConns:          64,
 	IdleTimeout:       60 * time.Second,
+	RequestTimeout:    10 * time.Second,
 	HTTPMaxConns:      16,
 	ReadHeaderTimeout: 5 * time.Second,
 	ReadTimeout:       10 * time.Second,
 	WriteTimeout:      30 * time.Second,
 	HTTPIdleTimeout:   30 * time.Second,
 	MaxHeaderBytes:    8 << 10,
+	// The soak's echo client sends a datagram every round trip plus 2
+	// ms (under 500 a second); 1000 a second is twice that, and caps what
+	// one peer (or one spoofed source) can make the board reflect at
+	// 1.5 MB/s of full-size datagrams.
+	EchoRate:  1000,
+	EchoBurst: 100,
+	// 64 streams (the reference client allows -P 128) and 16 connections
+	// waiting for their cookie keep iperf3's share of the memory budget
+	// (budget.go) at 36 MiB; 2 waiters are the next client and a spare.
+	IperfMaxStreams: 64,
+	IperfMaxPending: 16,
+	IperfMaxWaiters: 2,
 }
 
 // withDefaults fills l's zero fields from DefaultLimits.
@@ -64,7 +90,13 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.MaxConns, d.MaxConns)
 	pick(&l.HTTPMaxConns, d.HTTPMaxConns)
 	pick(&l.MaxHeaderBytes, d.MaxHeaderBytes)
+	pick(&l.EchoRate, d.EchoRate)
+	pick(&l.EchoBurst, d.EchoBurst)
+	pick(&l.IperfMaxStreams, d.IperfMaxStreams)
+	pick(&l.IperfMaxPending, d.IperfMaxPending)
+	pick(&l.IperfMaxWaiters, d.IperfMaxWaiters)
 	pickD(&l.IdleTimeout, d.IdleTimeout)
+	pickD(&l.RequestTimeout, d.RequestTimeout)
 	pickD(&l.ReadHeaderTimeout, d.ReadHeaderTimeout)
 	pickD(&l.ReadTimeout, d.ReadTimeout)
 	pickD(&l.WriteTimeout, d.WriteTimeout)
@@ -72,37 +104,52 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// service counts one TCP service's connections and enforces its bound
-// and idle timeout.
+// service counts one TCP service's connections and enforces its bound,
+// its per-peer share and its idle timeout (places.go).
 type service struct {
 	max  int
 	idle time.Duration // 0: no idle timeout (HTTP has its own)
 
-	active, accepted, refused, idleClosed atomic.Int64
+	mu     sync.Mutex
+	places map[*place]struct{}
+	byPeer map[netip.Addr]int
+
+	active, accepted, refused, idleClosed, badRequests atomic.Int64
+	refusedPeer, evicted                               atomic.Int64
 }
 
 // ServiceStats is one service's member of /stats "limits".
 type ServiceStats struct {
 	Max int `json:"max"`
+	// PeerMax is the most places one peer (source address) may hold.
+	PeerMax int `json:"peer_max"`
 	// Active connections now; Accepted since boot, including the Refused
-	// ones (over Max, closed at once); IdleClosed closed by the idle
+	// ones (closed at once: over Max from the peer holding the most, or
+	// over PeerMax, counted in RefusedPeer too); Evicted were closed to
+	// make room for a peer holding fewer; IdleClosed closed by the idle
 	// timeout.
-	Active     int64 `json:"active"`
-	Accepted   int64 `json:"accepted"`
-	Refused    int64 `json:"refused"`
-	IdleClosed int64 `json:"idle_closed"`
+	Active      int64 `json:"active"`
+	Accepted    int64 `json:"accepted"`
+	Refused     int64 `json:"refused"`
+	RefusedPeer int64 `json:"refused_peer"`
+	Evicted     int64 `json:"evicted"`
+	IdleClosed  int64 `json:"idle_closed"`
+	// BadRequests were refused for what the peer sent (the source's
+	// line: too long, too slow, not a length).
+	BadRequests int64 `json:"bad_requests"`
 }
 
 func (sv *service) stats() ServiceStats {
-	return ServiceStats{Max: sv.max, Active: sv.active.Load(), Accepted: sv.accepted.Load(),
-		Refused: sv.refused.Load(), IdleClosed: sv.idleClosed.Load()}
+	return ServiceStats{Max: sv.max, PeerMax: sv.peerMax(), Active: sv.active.Load(), Accepted: sv.accepted.Load(),
+		Refused: sv.refused.Load(), RefusedPeer: sv.refusedPeer.Load(), Evicted: sv.evicted.Load(),
+		IdleClosed: sv.idleClosed.Load(), BadRequests: sv.badRequests.Load()}
 }
 
 // serve accepts on l until it fails, running handle for each connection
-// within the bound; handle must close its connection.
+// within the bounds; handle must close its connection.
 func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
 	for {
-		c, err := sv.accept(l)
+		c, pl, err := sv.accept(l)
 		if err != nil {
 			return
 		}
@@ -110,41 +157,47 @@ func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
 			continue
 		}
 		go func() {
-			defer sv.active.Add(-1)
+			defer sv.release(pl)
 			handle(c)
 		}()
 	}
 }
 
-// accept returns the next connection within the bound, nil for one
-// refused, or l's error.
-func (sv *service) accept(l net.Listener) (net.Conn, error) {
+// accept returns the next connection within the bounds and its place,
+// nil for one refused, or l's error.
+func (sv *service) accept(l net.Listener) (net.Conn, *place, error) {
 	c, err := l.Accept()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sv.accepted.Add(1)
-	if sv.active.Add(1) > int64(sv.max) {
-		sv.active.Add(-1)
+	pl := sv.take(c)
+	if pl == nil {
 		sv.refused.Add(1)
 		c.Close()
-		return nil, nil
+		return nil, nil, nil
 	}
 	if sv.idle > 0 {
 		c = &idleConn{Conn: c, sv: sv}
 	}
-	return c, nil
+	return c, pl, nil
 }
 
 // idleConn renews its deadline before every read and write, so a peer
-// that stops moving bytes for sv.idle loses the connection.
+// that stops moving bytes for sv.idle loses the connection; a read never
+// waits past until, when it is set (a request's own deadline).
 type idleConn struct {
 	net.Conn
-	sv *service
+	sv    *service
+	until time.Time
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.sv.idle)); err != nil {
+	d := time.Now().Add(c.sv.idle)
+	if !c.until.IsZero() && c.until.Before(d) {
+		d = c.until
+	}
+	if err := c.Conn.SetReadDeadline(d); err != nil {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
@@ -171,7 +224,7 @@ func (c *idleConn) count(err error) {
 	}
 }
 
-// limitListener is a net.Listener within a service's bound, for
+// limitListener is a net.Listener within a service's bounds, for
 // http.Server.
 type limitListener struct {
 	net.Listener
@@ -180,33 +233,32 @@ type limitListener struct {
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.sv.accept(l.Listener)
+		c, pl, err := l.sv.accept(l.Listener)
 		if err != nil {
 			return nil, err
 		}
 		if c != nil {
-			return &countedConn{Conn: c, sv: l.sv}, nil
+			return &countedConn{Conn: c, sv: l.sv, pl: pl}, nil
 		}
 	}
 }
 
-// countedConn gives its place back to the service once, on Close.
+// countedConn gives its place back to the service on Close.
 type countedConn struct {
 	net.Conn
-	sv     *service
-	closed atomic.Bool
+	sv *service
+	pl *place
 }
 
 func (c *countedConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.sv.active.Add(-1)
-	}
+	c.sv.release(c.pl)
 	return c.Conn.Close()
 }
 
 // services are the Server's bounded services.
 type services struct {
 	sink, source, http service
+	echo               *echoService
 }
 
 func (s *Server) limits() Limits { return s.Limits.withDefaults() }
@@ -217,6 +269,7 @@ func (s *Server) initServices() {
 	s.svc.sink.max, s.svc.sink.idle = l.MaxConns, l.IdleTimeout
 	s.svc.source.max, s.svc.source.idle = l.MaxConns, l.IdleTimeout
 	s.svc.http.max = l.HTTPMaxConns
+	s.svc.echo = newEchoService(l.EchoRate, l.EchoBurst, s.echoNow)
 }
 
 // httpServer is port 80's server, with the limits' timeouts.
@@ -237,10 +290,11 @@ type LimitStats struct {
 	Sink   ServiceStats `json:"sink"`
 	Source ServiceStats `json:"source"`
 	HTTP   ServiceStats `json:"http"`
+	Echo   EchoStats    `json:"echo"`
 }
 
 func (s *Server) limitStats() LimitStats {
-	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats()}
+	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(), Echo: s.svc.echo.stats()}
 }
 
 // RuntimeStats is the /stats "runtime" member: the firmware's heap and

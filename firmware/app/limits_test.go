@@ -33,6 +33,13 @@ type limitsRig struct {
 
 func newLimitsRig(t *testing.T, l Limits) *limitsRig {
 	t.Helper()
+	return newLimitsRigWith(t, l, nil)
+}
+
+// newLimitsRigWith is newLimitsRig with mod applied to the server before
+// it starts.
+func newLimitsRigWith(t *testing.T, l Limits, mod func(*Server)) *limitsRig {
+	t.Helper()
 	a, b := netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.2/24")
 	m1, m2 := [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}
 	e1, e2 := pipe.New(tcpip.LinkAddress(m1[:]), tcpip.LinkAddress(m2[:]), 1500)
@@ -47,10 +54,38 @@ func newLimitsRig(t *testing.T, l Limits) *limitsRig {
 	t.Cleanup(func() { s2.Close(); s1.Close() })
 	r := &limitsRig{client: s2, addr: tcpip.AddrFrom4(a.Addr().As4()),
 		srv: &Server{Stack: s1, NIC: 1, Addr: tcpip.AddrFrom4(a.Addr().As4()), Ctl: &fakeCtl{tx: "tso"}, Boot: time.Now(), Limits: l}}
+	if mod != nil {
+		mod(r.srv)
+	}
 	if err := r.srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// peer adds 10.0.0.(10+i)/24 to the client stack and returns it: another
+// peer, as the server tells peers apart (by source address).
+func (r *limitsRig) peer(t *testing.T, i int) tcpip.Address {
+	t.Helper()
+	a := tcpip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)})
+	if err := r.client.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a, PrefixLen: 24}}, stack.AddressProperties{}); err != nil {
+		t.Fatalf("peer address %v: %v", a, err)
+	}
+	return a
+}
+
+// dialFrom connects from the client stack's address from to port.
+func (r *limitsRig) dialFrom(t *testing.T, from tcpip.Address, port uint16) (net.Conn, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := gonet.DialTCPWithBind(ctx, r.client, tcpip.FullAddress{NIC: 1, Addr: from}, tcpip.FullAddress{NIC: 1, Addr: r.addr, Port: port}, ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nil
 }
 
 func (r *limitsRig) dial(t *testing.T, port uint16) net.Conn {

@@ -1,0 +1,192 @@
+package dhcp
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// ackWith builds a DHCPACK of 10.0.0.50/24 from serverIP with a lease of
+// secs and, when set, options 58 and 59.
+func ackWith(secs uint32, t1, t2 *uint32) *Message {
+	m := &Message{Op: OpReply, YIAddr: leaseIP}
+	m.Set(OptMessageType, []byte{byte(Ack)})
+	m.Set(OptServerID, serverIP.AsSlice())
+	m.Set(OptSubnetMask, []byte{255, 255, 255, 0})
+	be := func(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+	m.Set(OptLeaseTime, be(secs))
+	if t1 != nil {
+		m.Set(OptRenewalTime, be(*t1))
+	}
+	if t2 != nil {
+		m.Set(OptRebindingTime, be(*t2))
+	}
+	return m
+}
+
+// TestLeaseTimesFromHostileValues: a lease over 41.7 years (but not
+// infinite) used to overflow 0.875 × lease in nanoseconds and give
+// negative T1/T2; T1 or T2 of 0, or out of order, used to be taken as
+// they came. RFC 2131 §4.4.5: T1 < T2 < lease, defaults 0.5 and 0.875.
+func TestLeaseTimesFromHostileValues(t *testing.T) {
+	r := newRig(t)
+	u := func(v uint32) *uint32 { return &v }
+	s := time.Second
+	for _, c := range []struct {
+		name          string
+		secs          uint32
+		t1, t2        *uint32
+		lease, w1, w2 time.Duration
+	}{
+		{"50 years", 50 * 365 * 86400, nil, nil, 50 * 365 * 86400 * s, 25 * 365 * 86400 * s, (50*365*86400 - 50*365*86400/8) * s},
+		{"0xfffffffe s", 0xfffffffe, nil, nil, 0xfffffffe * s, 0x7fffffff * s, (0xfffffffe - 0xfffffffe/8) * s},
+		{"0xfffffffe s with T1 and T2", 0xfffffffe, u(0xfffffff0), u(0xfffffff8), 0xfffffffe * s, 0xfffffff0 * s, 0xfffffff8 * s},
+		{"T1 and T2 of 0", 120, u(0), u(0), 120 * s, 60 * s, 105 * s},
+		{"T1 of 0", 120, u(0), u(100), 120 * s, 60 * s, 100 * s},
+		{"T2 past the lease", 120, u(30), u(200), 120 * s, 30 * s, 105 * s},
+		{"T2 equal to the lease", 120, nil, u(120), 120 * s, 60 * s, 105 * s},
+		{"T1 past T2", 120, u(100), u(50), 120 * s, 25 * s, 50 * s},
+		{"T1 past the lease", 120, u(130), nil, 120 * s, 60 * s, 105 * s},
+		{"server's values", 120, u(40), u(100), 120 * s, 40 * s, 100 * s},
+	} {
+		l := r.c.leaseFrom(ackWith(c.secs, c.t1, c.t2), time.Now())
+		if l == nil {
+			t.Errorf("%s: refused: %s", c.name, r.c.Stats().LastError)
+			continue
+		}
+		if l.Duration != c.lease || l.T1 != c.w1 || l.T2 != c.w2 {
+			t.Errorf("%s: lease %v T1 %v T2 %v, want %v %v %v", c.name, l.Duration, l.T1, l.T2, c.lease, c.w1, c.w2)
+		}
+		if l.T1 < 0 || l.T2 < l.T1 || l.Duration < l.T2 {
+			t.Errorf("%s: T1 %v T2 %v lease %v out of order", c.name, l.T1, l.T2, l.Duration)
+		}
+	}
+}
+
+// TestHugeLeaseNoStorm: a lease of 0xfffffff0 s (136 years, not the
+// infinite 0xffffffff) is held, not renewed on every DHCPACK (it was: T1
+// and T2 overflowed to negative durations).
+func TestHugeLeaseNoStorm(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(func(s *server) { s.lease = 0xfffffff0 })
+	r.start(t)
+	r.waitFor(t, "bound", func(s Stats) bool { return s.Leases == 1 })
+	// Let 20 s of client time pass (0.2 s here): a client that renews
+	// 1 s after the lease began, at MinSendInterval, would have sent ~20
+	// REQUESTs; one that storms, thousands.
+	until := r.clock.Now().Add(20 * time.Second)
+	for r.clock.Now().Before(until) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := r.c.Stats(); st.Requests != 1 || st.Renewals != 0 || st.Rebinds != 0 {
+		t.Fatalf("stats %+v: want the one REQUEST that took the lease", st)
+	}
+	if st := r.c.Status(); st.State != "bound" || st.T1S < 68*365*86400 {
+		t.Fatalf("status %+v: want bound with T1 of half the lease", st)
+	}
+}
+
+// TestMinSendInterval: whatever the server answers, no two messages the
+// client sends are closer than MinSendInterval. The server grants leases
+// of 1 s, which the client can only renew at once, again and again: it
+// did so at the speed of the round trip.
+func TestMinSendInterval(t *testing.T) {
+	// A slow clock (5 × real time): the gaps are measured on the wire, by
+	// the tap, and scheduling delays are magnified by the scale.
+	r := newRigScale(t, 5)
+	r.srv.set(func(s *server) { s.lease = 1 })
+	var mu = &r.ctap.mu
+	var stamps []time.Time
+	r.ctap.setLose(func(f frame) bool {
+		// Called with the tap's lock held, as each frame is written.
+		if f.dhcp != nil {
+			stamps = append(stamps, r.clock.Now())
+		}
+		return false
+	})
+	r.start(t)
+	r.waitFor(t, "eight messages sent", func(s Stats) bool { return s.Discovers+s.Requests >= 8 })
+	mu.Lock()
+	defer mu.Unlock()
+	// Allow 20% of the floor for scheduling (40 ms of real time): a
+	// client without the floor sends the REQUEST microseconds after the
+	// OFFER arrives.
+	for i := 1; i < len(stamps); i++ {
+		if gap := stamps[i].Sub(stamps[i-1]); gap < MinSendInterval*4/5 {
+			t.Errorf("message %d sent %v after the previous one, want at least %v", i, gap, MinSendInterval)
+		}
+	}
+	if st := r.c.Stats(); st.Paced == 0 || st.Leases == 0 {
+		t.Errorf("stats %+v: want leases taken and messages paced", st)
+	}
+}
+
+// TestZeroT1T2TakeDefaults: options 58 and 59 of 0 on the wire are taken
+// as absent (they used to make T1 0: a REQUEST per DHCPACK).
+func TestZeroT1T2TakeDefaults(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(func(s *server) { s.lease, s.t1, s.t2, s.sendT = 120, 0, 0, true })
+	r.start(t)
+	r.waitFor(t, "bound", func(s Stats) bool { return s.Leases == 1 })
+	if l, _ := r.c.Lease(); l.T1 != 60*time.Second || l.T2 != 105*time.Second {
+		t.Fatalf("T1 %v T2 %v from options of 0, want the defaults 60 s and 105 s", l.T1, l.T2)
+	}
+}
+
+// TestRefuseNetworkAndBroadcastOffers: an offer of the subnet's network
+// or broadcast address is refused and counted; the client binds once a
+// host address is offered.
+func TestRefuseNetworkAndBroadcastOffers(t *testing.T) {
+	for _, bad := range []string{"10.0.0.0", "10.0.0.255"} {
+		t.Run(bad, func(t *testing.T) {
+			r := newRig(t)
+			r.srv.set(func(s *server) { s.offerIP = netip.MustParseAddr(bad) })
+			r.start(t)
+			r.waitFor(t, "offer refused or taken", func(s Stats) bool { return s.BadReply >= 2 || s.Offers > 0 || s.Leases > 0 })
+			if st := r.c.Stats(); st.Leases != 0 || st.Offers != 0 {
+				t.Fatalf("stats %+v: the offer of %v/24 was taken", st, bad)
+			}
+			for _, p := range r.leased() {
+				if p.Addr().String() == bad {
+					t.Fatalf("client holds %v", p)
+				}
+			}
+			// ACK path too: a DHCPACK of it is refused.
+			m := ackWith(120, nil, nil)
+			m.YIAddr = netip.MustParseAddr(bad)
+			if l := r.c.leaseFrom(m, time.Now()); l != nil {
+				t.Fatalf("DHCPACK of %v taken: %+v", bad, l)
+			}
+			r.srv.set(func(s *server) { s.offerIP = netip.Addr{} })
+			r.waitFor(t, "bound to a host address", func(s Stats) bool { return s.Leases == 1 })
+			r.checkBound(t)
+		})
+	}
+}
+
+// TestRouterOutsideSubnetRefused: a router (option 3) outside the leased
+// subnet gets no default route; the lease is kept and the refusal
+// counted.
+func TestRouterOutsideSubnetRefused(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(func(s *server) { s.router = netip.MustParseAddr("192.168.1.1") })
+	r.start(t)
+	r.waitFor(t, "bound", func(s Stats) bool { return s.Leases == 1 })
+	if l, _ := r.c.Lease(); l.Gateway.IsValid() {
+		t.Fatalf("gateway %v taken from outside 10.0.0.0/24", l.Gateway)
+	}
+	for _, rt := range r.ipv4Routes() {
+		if rt.Destination.Prefix() == 0 {
+			t.Fatalf("default route %v installed", rt)
+		}
+	}
+	if st := r.c.Stats(); st.BadRouter != 1 || st.LastError == "" {
+		t.Fatalf("stats %+v: want the router refused and counted", st)
+	}
+	// And the subnet's own broadcast address is no router either.
+	m := ackWith(120, nil, nil)
+	m.Set(OptRouter, []byte{10, 0, 0, 255, 10, 0, 0, 1})
+	if l := r.c.leaseFrom(m, time.Now()); l == nil || l.Gateway != netip.MustParseAddr("10.0.0.1") {
+		t.Fatalf("routers 10.0.0.255, 10.0.0.1: lease %+v, want gateway 10.0.0.1", l)
+	}
+}

@@ -1,0 +1,58 @@
+package app
+
+// The memory budget: what peers on the network can make the services
+// hold, at most, whatever they do. It is the sum, over every place a
+// service gives a connection (Limits), of that connection's TCP buffers
+// in both directions and its goroutine, plus the services' fixed
+// buffers. A peer cannot make a service hold more: lines and requests
+// are bounded per read (the source's line, HTTP's headers, iperf3's
+// JSON), connections and waiters per service, and each connection's
+// buffers by the stack's options (newBareStack).
+const (
+	// TCPBufferSize is every TCP connection's send and receive buffer
+	// (the stack's default and maximum: no auto-tuning past it). 128 KiB
+	// is a window that fills a 1 Gbit/s link at 1 ms of round trip (a
+	// LAN) and a 100 Mbit/s ENET at 10 ms; gVisor's defaults (1 MiB,
+	// auto-tuned to 4 MiB here before) would let 227 places pin 1.8 GiB.
+	TCPBufferSize = 128 << 10
+	// connOverhead is what a connection holds beside its buffers: its
+	// goroutine's stack, the endpoint and gonet structures, and the
+	// per-segment overhead gVisor charges beyond the payload bytes
+	// (measured: TestTCPBuffersBounded).
+	connOverhead = 64 << 10
+	// fixedBuffers are the services' own buffers: the echo's and
+	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern and
+	// an iperf3 test's payload block (1 MiB at most, -l).
+	fixedBuffers = 3*64<<10 + 1<<20
+	// MemoryBudget is the budget the default limits must fit in: 96 MiB,
+	// a fifth of the EVK's 480 MiB heap, leaving the rest to the drivers'
+	// rings and the stack's own state.
+	MemoryBudget = 96 << 20
+)
+
+// Places returns how many TCP connections the services may hold at once
+// under l: sink and source, HTTP, and iperf3's control connection, its
+// streams, the connections waiting for their cookie and those waiting
+// for a test to end.
+func (l Limits) Places() int {
+	l = l.withDefaults()
+	return 2*l.MaxConns + l.HTTPMaxConns + l.iperfPlaces()
+}
+
+func (l Limits) iperfPlaces() int {
+	return 1 + l.IperfMaxStreams + l.IperfMaxPending + l.IperfMaxWaiters
+}
+
+// Budget returns the most memory peers can make the services hold under
+// l, in bytes (see MemoryBudget): each place's buffers in both
+// directions and overhead, plus what its service reads into (the sink's
+// 64 KiB, HTTP's headers and bufio, an iperf3 stream's 128 KiB).
+func (l Limits) Budget() int64 {
+	l = l.withDefaults()
+	conn := int64(2*TCPBufferSize + connOverhead)
+	return int64(l.MaxConns)*(conn+64<<10) + // sink
+		int64(l.MaxConns)*conn + // source
+		int64(l.HTTPMaxConns)*(conn+int64(l.MaxHeaderBytes)+8<<10) + // HTTP
+		int64(l.iperfPlaces())*(conn+128<<10) + // iperf3
+		fixedBuffers
+}

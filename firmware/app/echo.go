@@ -1,0 +1,136 @@
+package app
+
+import (
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+)
+
+// noEchoPorts are the source ports the echo service never answers: the
+// ports of services that answer any datagram themselves (echo, RFC 862;
+// daytime, RFC 867; quote of the day, RFC 865; chargen, RFC 864; time,
+// RFC 868), of the DHCP server and client (RFC 2131 §4.1) and of iperf3
+// (a UDP stream's first datagram is answered), and port 0, to which no
+// reply can be addressed. A datagram from one of them, answered, would
+// be answered back: two echo services, or an echo service and chargen,
+// bounce one spoofed datagram between them for ever (inetd-derived
+// servers refuse the same ports for the same reason).
+var noEchoPorts = map[uint16]bool{0: true, 7: true, 13: true, 17: true, 19: true, 37: true, 67: true, 68: true, IperfPort: true}
+
+// EchoStats is the echo service's member of /stats "limits".
+type EchoStats struct {
+	// Rate and Burst are the per-peer limit (datagrams a second, and
+	// how many may come at once).
+	Rate  int `json:"rate"`
+	Burst int `json:"burst"`
+	// Answered datagrams; RefusedPort from a port in noEchoPorts;
+	// RateLimited over a peer's rate, or from a new peer while MaxPeers
+	// others are being limited; Peers tracked now.
+	Answered    int64 `json:"answered"`
+	RefusedPort int64 `json:"refused_port"`
+	RateLimited int64 `json:"rate_limited"`
+	Peers       int64 `json:"peers"`
+}
+
+// echoMaxPeers bounds the peers the echo service tracks: a token bucket
+// is 40 bytes, so the table stays under 64 KiB however many source
+// addresses a spoofer uses. A bucket that has refilled is forgotten when
+// room is needed; while every tracked peer is still being limited, a new
+// peer is refused (counted), not given a fresh budget.
+const echoMaxPeers = 1024
+
+// bucket is one peer's token bucket.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// echoService answers UDP datagrams with themselves, within its limits.
+// Only its own goroutine (run) touches peers.
+type echoService struct {
+	rate, burst float64
+	now         func() time.Time
+	peers       map[netip.Addr]*bucket
+
+	answered, refusedPort, rateLimited, npeers atomic.Int64
+}
+
+func newEchoService(rate, burst int, now func() time.Time) *echoService {
+	if now == nil {
+		now = time.Now
+	}
+	return &echoService{rate: float64(rate), burst: float64(burst), now: now, peers: map[netip.Addr]*bucket{}}
+}
+
+func (e *echoService) stats() EchoStats {
+	if e == nil {
+		return EchoStats{}
+	}
+	return EchoStats{Rate: int(e.rate), Burst: int(e.burst), Answered: e.answered.Load(), RefusedPort: e.refusedPort.Load(),
+		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load()}
+}
+
+// allow takes a token from addr's bucket.
+func (e *echoService) allow(addr netip.Addr) bool {
+	now := e.now()
+	b := e.peers[addr]
+	if b == nil {
+		if len(e.peers) >= echoMaxPeers {
+			for a, o := range e.peers {
+				if o.tokens+now.Sub(o.last).Seconds()*e.rate >= e.burst {
+					delete(e.peers, a)
+				}
+			}
+		}
+		if len(e.peers) >= echoMaxPeers {
+			return false
+		}
+		b = &bucket{tokens: e.burst, last: now}
+		e.peers[addr] = b
+		e.npeers.Store(int64(len(e.peers)))
+	}
+	b.tokens = min(e.burst, b.tokens+now.Sub(b.last).Seconds()*e.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// judge says whether the datagram from from is answered, counting it.
+func (e *echoService) judge(from net.Addr) bool {
+	ua, ok := from.(*net.UDPAddr)
+	if !ok {
+		e.refusedPort.Add(1)
+		return false
+	}
+	ap := ua.AddrPort()
+	if noEchoPorts[ap.Port()] {
+		e.refusedPort.Add(1)
+		return false
+	}
+	if !e.allow(ap.Addr().Unmap()) {
+		e.rateLimited.Add(1)
+		return false
+	}
+	e.answered.Add(1)
+	return true
+}
+
+// run echoes every datagram c receives that judge allows.
+func (e *echoService) run(c *gonet.UDPConn) {
+	buf := make([]byte, 1<<16)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if e.judge(from) {
+			c.WriteTo(buf[:n], from)
+		}
+	}
+}
