@@ -79,8 +79,10 @@ FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).Bui
 ## TEE=1 (BOARD=mx6ullevk only) builds the TrustZone-partitioned image instead: the Normal World OS
 ## (firmware/mx6ullevk-tee/normal, HOSTILE=1 adds the hostile-call mode) embedded in the Trusted OS
 ## (firmware/mx6ullevk-tee): build/tamanic-mx6ullevk-tee.elf, .bin and .imx (its DCD disables TZASC bypass).
+## TEE_DEBUG=1 keeps JTAG on (development); without it the Trusted OS turns debug off and locks it.
 TEE     ?=
 HOSTILE ?=
+TEE_DEBUG ?=
 ## GVISOR=patched links gVisor with docs/gvisor-patches/ applied (the measured cost step; not upstream, so not the default).
 GVISOR ?=
 FWENV   = $(if $(filter patched,$(GVISOR)),GOWORK=$(GVISORWORK))
@@ -95,7 +97,7 @@ ifeq ($(TEE),1)
 	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,tamanic_tee -ldflags "$(FWLDFLAGS) $(if $(HOSTILE),-X main.Hostile=1)" \
 	  -o build/tamanic-mx6ullevk-tee-normal.elf ./firmware/mx6ullevk-tee/normal
 	cp build/tamanic-mx6ullevk-tee-normal.elf firmware/mx6ullevk-tee/assets/normal.elf
-	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000" \
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000 $(if $(TEE_DEBUG),-X main.Debug=1)" \
 	  -o build/tamanic-mx6ullevk-tee.elf ./firmware/mx6ullevk-tee
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  { cat $$dcd; echo "DATA 4 0x020e4024 0x00000001 # IOMUXC_GPR_GPR9 TZASC1_BYP: TZASC on before DDR init"; } > build/tamanic-mx6ullevk-tee.dcd; \

@@ -64,9 +64,15 @@ func bootTEE(t *testing.T, hostile bool) *Machine {
 	t.Cleanup(func() { m.Stop() })
 	t.Logf("booted in %v: %s", m.Boot.Round(time.Millisecond), m.Ready)
 	for _, want := range []string{"tee: Trusted OS, Secure World, native=false",
+		"tee: Normal World memory: Non-secure, execute-never in the Secure page table",
 		"tee: emulated: CSU and TZASC not programmed", "normal: Normal World OS, non-secure=true"} {
 		if !strings.Contains(m.Console(), want) {
 			t.Errorf("console lacks %q:\n%s", want, m.Console())
+		}
+	}
+	for _, l := range strings.Split(m.Console(), "\n") {
+		if strings.HasPrefix(l, "tee: ") || strings.HasPrefix(l, "BANKED ") {
+			t.Log(strings.TrimSpace(l))
 		}
 	}
 	if !strings.HasSuffix(m.Ready, " world=normal") {
@@ -206,6 +212,14 @@ func TestTEEHostileCalls(t *testing.T) {
 	table := float64(len(netcall.HostileCalls()))
 	if !strings.Contains(m.Console(), fmt.Sprintf("HOSTILE calls=%d unexpected=0", len(netcall.HostileCalls()))) {
 		t.Fatalf("no clean HOSTILE line before READY:\n%s", m.Console())
+	}
+	// Issue 32 item 1: the Normal World aimed its IRQ-mode stack at a
+	// canary and set every exception-mode banked register, then waited in
+	// the Secure World 20 times (each wait takes at least the Secure
+	// timer's interrupt): no Secure interrupt may run on that stack, and
+	// every register must come back as it was set.
+	if !strings.Contains(m.Console(), "BANKED canary_touched=0 changed=none") {
+		t.Errorf("Secure interrupts ran on the Normal World's stack or changed its banked registers:\n%s", m.Console())
 	}
 	transfers(t, m, 4<<20)
 	s := checkCounters(t, m, true)

@@ -7,7 +7,10 @@
 // software TSO) there; it loads the Normal World OS (./normal, embedded as
 // assets/normal.elf) with GoTEE's monitor package and serves its world
 // calls (package tee/netcall) until it stops. The memory map is package
-// tee/teemap's.
+// tee/teemap's; what TrustZone enforces is package tee/tzplan's
+// (partition.go); around each world switch the exception modes' banked
+// registers, the SCR and the GIC's Group 1 signalling are swapped
+// (world.go).
 //
 // Build it with make firmware BOARD=mx6ullevk TEE=1, which builds the
 // Normal World first.
@@ -24,7 +27,6 @@ import (
 	"github.com/usbarmory/GoTEE/monitor"
 	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/dma"
-	"github.com/usbarmory/tamago/soc/nxp/csu"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/board/mx6ullevk"
@@ -68,24 +70,30 @@ func main() {
 	if srv, err = netcall.NewServer(netcall.ServerConfig{NIC: n, Region: region}); err != nil {
 		halt(err)
 	}
-	if err := partition(); err != nil {
-		halt(err)
-	}
 	ctx, err := loadNormalWorld(image)
 	if err != nil {
 		halt(err)
 	}
-	ctx.Handler = func(ctx *monitor.ExecCtx) error { return handle(ctx, srv) }
+	if err := partition(); err != nil {
+		halt(err)
+	}
+	w := &worlds{}
+	ctx.Handler = func(ctx *monitor.ExecCtx) error {
+		w.toSecure()
+		return handle(ctx, srv, w)
+	}
 	// IRQs are the Secure World's: the Trusted OS's Go code runs in
-	// monitor mode with them masked once the Normal World has made its
-	// first call (GoTEE returns there), and unmasks them only while it
-	// waits for the NIC (OpWait). They must be masked again before each
-	// world switch: GoTEE's Exec runs in monitor mode with the monitor's
-	// vector table installed, where an IRQ would be taken for an exception
-	// of the Normal World. Schedule calls MMU just before Exec.
-	ctx.MMU = func() { imx6ul.ARM.DisableInterrupts(false) }
+	// System mode with them masked once the Normal World has made its
+	// first call (GoTEE's monitor vector masks them), and unmasks them
+	// only while it waits for the NIC (OpWait). They must be masked again
+	// before each world switch: GoTEE's Exec runs in monitor mode with the
+	// monitor's vector table installed, where an IRQ would be taken for an
+	// exception of the Normal World. Schedule calls MMU just before Exec:
+	// toNormal masks them and swaps the banked registers (worlds).
+	ctx.MMU = w.toNormal
 	fmt.Printf("tee: starting the Normal World at %#x\n", ctx.R15)
 	err = ctx.Run()
+	w.toSecure()
 	fmt.Printf("tee: the Normal World stopped: %v\n%s\n", err, ctx)
 	st := srv.Stats()
 	fmt.Printf("tee: %d world calls, refused %v\n", st.Calls, st.Refused)
@@ -93,8 +101,9 @@ func main() {
 }
 
 // handle serves one exception of the Normal World: its world calls (SMC),
-// GoTEE's write and exit calls; an abort stops it.
-func handle(ctx *monitor.ExecCtx, srv *netcall.Server) error {
+// GoTEE's write and exit calls; an abort stops it. The caller has made
+// the core the Secure World's again (worlds.toSecure).
+func handle(ctx *monitor.ExecCtx, srv *netcall.Server, w *worlds) error {
 	switch ctx.ExceptionVector {
 	case arm.SUPERVISOR:
 	case arm.IRQ, arm.FIQ:
@@ -108,8 +117,13 @@ func handle(ctx *monitor.ExecCtx, srv *netcall.Server) error {
 	case sysExit:
 		ctx.Stop()
 	case uint32(netcall.OpWait):
-		// The NIC's interrupt ends the wait: let it in.
-		imx6ul.ARM.EnableInterrupts(false)
+		// The NIC's interrupt ends the wait: let it in, on the Trusted
+		// OS's own IRQ stack (toSecure put it back; checked anyway).
+		if w.irqStackIsSecure() {
+			imx6ul.ARM.EnableInterrupts(false)
+		} else if w.foreign == 1 {
+			fmt.Println("tee: the IRQ stack is not the Trusted OS's: OpWait runs with IRQs masked")
+		}
 		st, v := srv.Handle(ctx.R0, ctx.R1, ctx.R2, ctx.R3)
 		imx6ul.ARM.DisableInterrupts(false)
 		ctx.R0, ctx.R1 = uint32(st), v
@@ -143,6 +157,8 @@ func loadNormalWorld(image []byte) (*monitor.ExecCtx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tee: monitor.Load: %w", err)
 	}
+	// Never executable from the Secure World (Load maps it without XN).
+	imx6ul.ARM.SetAttributes(uint32(mem.Start()), uint32(mem.End()), arm.MemoryRegion|arm.TTE_NS|arm.TTE_EXECUTE_NEVER)
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Memsz == 0 {
 			continue
@@ -159,44 +175,6 @@ func loadNormalWorld(image []byte) (*monitor.ExecCtx, error) {
 	// The Normal World starts with its MMU and caches off: it reads DRAM.
 	imx6ul.ARM.FlushDataCache()
 	return ctx, nil
-}
-
-// partition sets up what TrustZone enforces. The Normal World gets the
-// VFP (CP10, CP11: Go uses it). On silicon: every peripheral is left
-// Non-secure accessible except ENET (CSU CSL 8 slave 1, both MACs) and
-// the TZASC's own registers (CSL 16 slave 1), which become Secure-only;
-// the ENET bus master (CSU SA 9 on the UL/ULL) issues Secure transactions,
-// so its DMA reaches the Secure-only rings and buffers; OCRAM is made
-// Secure (it is outside the TZASC's reach). GoTEE's monitor already set
-// TZASC region 0 (all DDR) Secure-only and monitor.Load opens region 1
-// (the Normal World's 128 MiB). QEMU models neither the CSU nor the TZASC
-// (imx6ul.Native is false there): nothing of this is enforced under QEMU.
-func partition() error {
-	imx6ul.ARM.NonSecureAccessControl(1<<11 | 1<<10)
-	if !imx6ul.Native {
-		fmt.Println("tee: emulated: CSU and TZASC not programmed (QEMU enforces neither)")
-		return nil
-	}
-	for i := csu.CSL_MIN; i <= csu.CSL_MAX; i++ {
-		for slave := 0; slave <= 1; slave++ {
-			if err := imx6ul.CSU.SetSecurityLevel(i, slave, csu.SEC_LEVEL_0, false); err != nil {
-				return fmt.Errorf("tee: CSU CSL%d: %w", i, err)
-			}
-		}
-	}
-	for _, s := range []struct{ periph, slave int }{{8, 1}, {16, 1}} {
-		if err := imx6ul.CSU.SetSecurityLevel(s.periph, s.slave, csu.SEC_LEVEL_4, true); err != nil {
-			return fmt.Errorf("tee: CSU CSL%d/%d: %w", s.periph, s.slave, err)
-		}
-	}
-	if err := imx6ul.CSU.SetAccess(9, true, true); err != nil {
-		return fmt.Errorf("tee: CSU SA9 (ENET): %w", err)
-	}
-	if err := imx6ul.SetOCRAMProtection(imx6ul.OCRAM_START); err != nil {
-		return fmt.Errorf("tee: OCRAM: %w", err)
-	}
-	fmt.Println("tee: CSU: ENET and TZASC Secure-only, ENET master Secure; TZASC: DDR Secure-only but the Normal World's region")
-	return nil
 }
 
 func halt(err error) {

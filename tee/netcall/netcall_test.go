@@ -2,6 +2,7 @@ package netcall_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -333,9 +334,11 @@ func TestWait(t *testing.T) {
 }
 
 // TestFullAndRecovery: when the Secure World's staging buffers are all
-// held by a stalled TX path, a transmit is answered StatusFull, which the
-// device reports as "not now" (Full), nothing is lost or leaked, and once
-// the hardware moves again the same call succeeds.
+// held by a stalled TX path, a transmit is answered StatusFull; the device
+// holds that one (queued: its completion comes later) and reports the
+// next as "not now" (Full) while the Secure World stays full, nothing is
+// lost or leaked, and once the hardware moves again the held one goes
+// first and the refused call succeeds.
 func TestFullAndRecovery(t *testing.T) {
 	sec := newSecureWith(t, 1, netcall.ServerConfig{LargeSlots: 2})
 	sec.rig.Model.SetPeer(func([]byte) {})
@@ -353,37 +356,72 @@ func TestFullAndRecovery(t *testing.T) {
 	hdr, payload := tcpHeader(3000), bytes.Repeat([]byte{7}, 3000)
 	o := tso.Options{Type: tso.TCP, MSS: 1000, CsumOffset: 16}
 	sec.rig.Model.SetFaults(fectest.Faults{TxStalled: true})
-	for i := range 2 {
+	for i := range 3 {
 		if err := dev.TransmitGSO(hdr, [][]byte{payload}, o, i); err != nil {
 			t.Fatalf("GSO packet %d: %v", i, err)
 		}
 	}
-	err = dev.TransmitGSO(hdr, [][]byte{payload}, o, 2)
-	if err == nil || !dev.Full(err) {
-		t.Fatalf("third GSO packet with both staging buffers held: %v, want a Full error", err)
+	if len(done) != 2 || dev.Stats().Held != 1 {
+		t.Fatalf("%d completions for the 2 packets handed over, device %+v: the third is held", len(done), dev.Stats())
 	}
-	if st := sec.srv.Stats(); st.TxFull != 1 || st.Staging != 2 || len(st.Refused) != 0 {
+	err = dev.TransmitGSO(hdr, [][]byte{payload}, o, 3)
+	if err == nil || !dev.Full(err) {
+		t.Fatalf("fourth GSO packet with both staging buffers held and one packet held: %v, want a Full error", err)
+	}
+	if st := sec.srv.Stats(); st.TxFull != 2 || st.Staging != 2 || len(st.Refused) != 0 {
 		t.Fatalf("server after Full: %+v", st)
 	}
-	if len(done) != 2 {
-		t.Fatalf("%d completions for the 2 packets handed over", len(done))
-	}
-	// Let the hardware run again (the uDMA resumes the ring); the held
+	// Let the hardware run again (the uDMA resumes the ring); the queued
 	// packets complete and free their buffers at the next reclaim.
 	sec.rig.Model.SetFaults(fectest.Faults{})
 	sec.rig.Model.Write32(fec.ENETx_TDAR, fec.DAR_ACTIVE)
-	if err := dev.TransmitGSO(hdr, [][]byte{payload}, o, 2); err != nil {
+	if err := dev.TransmitGSO(hdr, [][]byte{payload}, o, 3); err != nil {
 		t.Fatalf("the refused packet again, TX moving: %v", err)
 	}
-	if err := dev.Transmit([][]byte{tcpHeader(0)}, false, 3); err != nil {
+	if err := dev.Transmit([][]byte{tcpHeader(0)}, false, 4); err != nil {
 		t.Fatal(err)
 	}
+	if want := []any{0, 1, 2, 3, 4}; fmt.Sprint(done) != fmt.Sprint(want) {
+		t.Errorf("completions %v, want %v (in order)", done, want)
+	}
 	sec.rig.NIC.Reclaim()
-	if st := sec.srv.Stats(); st.Staging != 0 || st.TxGSOPackets != 3 || st.TxFrames != 1 || st.TxComplete != 4 {
+	if st := sec.srv.Stats(); st.Staging != 0 || st.TxGSOPackets != 4 || st.TxFrames != 1 || st.TxComplete != 5 {
 		t.Errorf("server after recovery: %+v", st)
 	}
-	if f := sec.rig.NIC.Stats().Tx.GSOSegments; f != 9 {
-		t.Errorf("%d GSO segments sent, want 9", f)
+	if f := sec.rig.NIC.Stats().Tx.GSOSegments; f != 12 {
+		t.Errorf("%d GSO segments sent, want 12", f)
+	}
+}
+
+// TestCloseCompletesHeld: Close completes a held transmission (with
+// StatusClosed), so the endpoint's reference on it is released.
+func TestCloseCompletesHeld(t *testing.T) {
+	sec := newSecureWith(t, 1, netcall.ServerConfig{SmallSlots: 1})
+	sec.rig.Model.SetPeer(func([]byte) {})
+	sec.rig.Model.SetFaults(fectest.Faults{TxStalled: true})
+	dev, err := netcall.NewDevice(netcall.Direct{S: sec.srv}, sec.region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	dev.SetTxDone(func(c any, err error) { errs = append(errs, err) })
+	for i := range 2 {
+		if err := dev.Transmit([][]byte{tcpHeader(0)}, false, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dev.Transmit([][]byte{tcpHeader(0)}, false, 2); !dev.Full(err) {
+		t.Fatalf("a frame while one is held and the Secure World full: %v", err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], netcall.StatusClosed) {
+		t.Fatalf("completions %v: want the sent frame ok and the held one closed", errs)
+	}
+	dev.Poll()
+	if len(errs) != 2 {
+		t.Fatalf("a completion after Close: %v", errs)
 	}
 }
 

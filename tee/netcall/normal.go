@@ -51,6 +51,19 @@ const maxViews = 64
 // in the Secure World's counters. Received frames are copied out of the
 // region, so frames held by the endpoint never pin it.
 //
+// "Full" is retryable. When the Secure World answers StatusFull (its
+// staging buffers are all with the hardware), the device holds that one
+// transmission: its bytes stay in the region's TX area, the call returns
+// nil and the completion comes when a later call (the next transmit, a
+// receive batch, a poll tick, or the idle wait's wake-up, which the Secure
+// World gives when a staging buffer comes back) gets it accepted. While
+// one is held, a transmit retries it first and, if the Secure World is
+// still full, returns a Full error: the endpoint then sees a packet held
+// and waits for its completion before it tries again (netstack's
+// retryFull gives up at once when nothing is held, and reported
+// ErrNoBufferSpace 13 us after the Full answer although a buffer came back
+// 20 ms later). Transmissions complete in the order they were handed in.
+//
 // Nothing signals RxReady from the Secure World: build the endpoint with
 // a PollInterval (each tick is one OpReceive call when idle), or call Kick.
 type Device struct {
@@ -61,6 +74,12 @@ type Device struct {
 
 	txMu sync.Mutex
 	desc TxDesc
+	// held is the cookie of the transmission the Secure World answered
+	// StatusFull, whose descriptor (d.desc, encoded at txDescOff) and
+	// bytes still sit in the region's TX area; holding says one is held
+	// (the idle wait reads it without the lock).
+	held    any
+	holding atomic.Bool
 
 	rxMu  sync.Mutex
 	queue []*frame
@@ -73,7 +92,7 @@ type Device struct {
 }
 
 type deviceCounters struct {
-	calls, txCalls, rxCalls, rxFrames, full, refused, badRecords, waits, woken atomic.Uint64
+	calls, txCalls, rxCalls, rxFrames, full, refused, badRecords, waits, woken, held, retried atomic.Uint64
 }
 
 // DeviceStats are the Normal World's counters.
@@ -87,8 +106,11 @@ type DeviceStats struct {
 	// that did not parse (a Secure World fault, never expected).
 	RxFrames, Full, Refused, BadRecords uint64
 	// Waits counts OpWait calls (the idle governor's), Woken those a
-	// received frame ended.
+	// received frame or a returned staging buffer ended.
 	Waits, Woken uint64
+	// Held counts transmissions held after a StatusFull answer, Retried
+	// the calls that retried one (each is also in TxCalls).
+	Held, Retried uint64
 }
 
 // NewDevice asks the Secure World for the NIC's description through c and
@@ -125,7 +147,7 @@ func (d *Device) Stats() DeviceStats {
 	s := &d.stats
 	return DeviceStats{Calls: s.calls.Load(), TxCalls: s.txCalls.Load(), RxCalls: s.rxCalls.Load(),
 		RxFrames: s.rxFrames.Load(), Full: s.full.Load(), Refused: s.refused.Load(), BadRecords: s.badRecords.Load(),
-		Waits: s.waits.Load(), Woken: s.woken.Load()}
+		Waits: s.waits.Load(), Woken: s.woken.Load(), Held: s.held.Load(), Retried: s.retried.Load()}
 }
 
 // SecureStats returns the Secure World's counters as JSON (OpStats).
@@ -172,18 +194,23 @@ func (d *Device) Transmit(frags [][]byte, csum bool, cookie any) error {
 		return fmt.Errorf("%w: %d-byte frame", ErrTooLong, n)
 	}
 	d.txMu.Lock()
-	at := txDataOff
-	for _, f := range frags {
-		at += copy(d.region[at:], f)
+	held := false
+	prev, perr, err := d.retryHeld()
+	if err == nil {
+		at := txDataOff
+		for _, f := range frags {
+			at += copy(d.region[at:], f)
+		}
+		d.desc = TxDesc{Kind: KindFrame, Extents: append(d.desc.Extents[:0], Extent{txDataOff, uint32(n)})}
+		if csum {
+			d.desc.Flags = FlagCsum
+		}
+		held, err = d.send(cookie)
 	}
-	d.desc = TxDesc{Kind: KindFrame, Extents: append(d.desc.Extents[:0], Extent{txDataOff, uint32(n)})}
-	if csum {
-		d.desc.Flags = FlagCsum
-	}
-	err := d.send()
 	d.txMu.Unlock()
-	if err == nil && d.done != nil {
-		d.done(cookie, nil)
+	d.complete(prev, perr)
+	if err == nil && !held {
+		d.complete(cookie, nil)
 	}
 	return err
 }
@@ -203,42 +230,102 @@ func (d *Device) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie
 		return fmt.Errorf("netcall: GSO MSS %d checksum offset %d", o.MSS, o.CsumOffset)
 	}
 	d.txMu.Lock()
-	at := txDataOff + copy(d.region[txDataOff:], hdr)
-	for _, p := range payload {
-		at += copy(d.region[at:], p)
+	held := false
+	prev, perr, err := d.retryHeld()
+	if err == nil {
+		at := txDataOff + copy(d.region[txDataOff:], hdr)
+		for _, p := range payload {
+			at += copy(d.region[at:], p)
+		}
+		d.desc = TxDesc{Kind: KindGSO, GSOType: GSOTCP, MSS: uint16(o.MSS), CsumOffset: uint16(o.CsumOffset),
+			Extents: append(d.desc.Extents[:0], Extent{txDataOff, uint32(len(hdr))})}
+		if n > 0 {
+			// A GSO connection's ACKs and FINs have no payload: header only.
+			d.desc.Extents = append(d.desc.Extents, Extent{txDataOff + uint32(len(hdr)), uint32(n)})
+		}
+		if o.NeedsCsum {
+			d.desc.Flags = FlagNeedsCsum
+		}
+		held, err = d.send(cookie)
 	}
-	d.desc = TxDesc{Kind: KindGSO, GSOType: GSOTCP, MSS: uint16(o.MSS), CsumOffset: uint16(o.CsumOffset),
-		Extents: append(d.desc.Extents[:0], Extent{txDataOff, uint32(len(hdr))})}
-	if n > 0 {
-		// A GSO connection's ACKs and FINs have no payload: header only.
-		d.desc.Extents = append(d.desc.Extents, Extent{txDataOff + uint32(len(hdr)), uint32(n)})
-	}
-	if o.NeedsCsum {
-		d.desc.Flags = FlagNeedsCsum
-	}
-	err := d.send()
 	d.txMu.Unlock()
-	if err == nil && d.done != nil {
-		d.done(cookie, nil)
+	d.complete(prev, perr)
+	if err == nil && !held {
+		d.complete(cookie, nil)
 	}
 	return err
 }
 
-// send encodes d.desc and makes the transmit call; txMu is held.
-func (d *Device) send() error {
+// send encodes d.desc and makes the transmit call for cookie; txMu is
+// held and nothing else is. A StatusFull answer holds the transmission
+// (d.held) and returns held: it is queued, its completion comes when a
+// retry gets it accepted.
+func (d *Device) send(cookie any) (held bool, err error) {
 	if d.closed.Load() {
-		return fmt.Errorf("netcall: transmit: %w", StatusClosed)
+		return false, fmt.Errorf("netcall: transmit: %w", StatusClosed)
 	}
 	d.desc.Encode(d.region[txDescOff:])
 	d.stats.txCalls.Add(1)
 	switch st, _ := d.call(OpTransmit, txDescOff, uint32(d.desc.Size()), 0); st {
 	case StatusOK:
-		return nil
+		return false, nil
 	case StatusFull:
 		d.stats.full.Add(1)
-		return fmt.Errorf("netcall: transmit: %w", st)
+		d.stats.held.Add(1)
+		d.held = cookie
+		d.holding.Store(true)
+		return true, nil
 	default:
-		return fmt.Errorf("netcall: transmit: %w", st)
+		return false, fmt.Errorf("netcall: transmit: %w", st)
+	}
+}
+
+// retryHeld retries the held transmission, if any; txMu is held. It
+// returns the cookie to complete (nil: none) with its error, and a Full
+// error when the Secure World is still full (the held one stays held and
+// nothing new may be sent). A held transmission the Secure World now
+// refuses for good (a closed NIC) completes with that error: it was
+// queued as far as the caller knows.
+func (d *Device) retryHeld() (cookie any, cerr, err error) {
+	if !d.holding.Load() {
+		return nil, nil, nil
+	}
+	if d.closed.Load() {
+		return nil, nil, fmt.Errorf("netcall: transmit: %w", StatusClosed)
+	}
+	d.stats.txCalls.Add(1)
+	d.stats.retried.Add(1)
+	// The descriptor and the bytes are where send left them: only this
+	// device writes the TX area, under txMu.
+	st, _ := d.call(OpTransmit, txDescOff, uint32(d.desc.Size()), 0)
+	if st == StatusFull {
+		d.stats.full.Add(1)
+		return nil, nil, fmt.Errorf("netcall: transmit: %w", st)
+	}
+	cookie, d.held = d.held, nil
+	d.holding.Store(false)
+	if st != StatusOK {
+		cerr = fmt.Errorf("netcall: transmit (held after full): %w", st)
+	}
+	return cookie, cerr, nil
+}
+
+// flushHeld retries the held transmission outside a transmit (a receive
+// batch, a poll tick) and completes it if it went.
+func (d *Device) flushHeld() {
+	if !d.holding.Load() {
+		return
+	}
+	d.txMu.Lock()
+	c, cerr, _ := d.retryHeld()
+	d.txMu.Unlock()
+	d.complete(c, cerr)
+}
+
+// complete reports cookie's completion (nil: nothing to report).
+func (d *Device) complete(cookie any, err error) {
+	if cookie != nil && d.done != nil {
+		d.done(cookie, err)
 	}
 }
 
@@ -248,6 +335,7 @@ func (d *Device) Full(err error) bool { return errors.Is(err, StatusFull) }
 // Receive implements netstack.Device: frames come from the last batch,
 // and when it is used up one call fetches the next.
 func (d *Device) Receive() (netstack.Frame, error) {
+	d.flushHeld()
 	d.rxMu.Lock()
 	defer d.rxMu.Unlock()
 	if d.head == len(d.queue) {
@@ -305,8 +393,10 @@ func (d *Device) parse(k uint32) error {
 
 // Wait is the Normal World's idle: it hands the core to the Secure World
 // for up to d (clamped to MaxWaitMicros), which returns early when frames
-// arrive, and reports whether they did (the caller then Kicks, from a
-// context that may). It does not allocate: it runs in the runtime's idle
+// arrive or, after a StatusFull answer, when a staging buffer comes back,
+// and reports whether either happened (the caller then Kicks, from a
+// context that may: the receive batch that follows retries a held
+// transmission). It does not allocate: it runs in the runtime's idle
 // hook.
 func (d *Device) Wait(dt time.Duration) bool {
 	us := min(max(dt/time.Microsecond, 0), MaxWaitMicros)
@@ -343,14 +433,22 @@ func (d *Device) Kick() {
 // RxReady implements netstack.Device.
 func (d *Device) RxReady() <-chan struct{} { return d.rxReady }
 
-// Poll implements netstack.Device: the endpoint's poll tick is followed by
-// a receive batch, which is the call that services the NIC.
-func (d *Device) Poll() {}
+// Poll implements netstack.Device: it retries a held transmission; the
+// endpoint's poll tick is followed by a receive batch, which is the call
+// that services the NIC.
+func (d *Device) Poll() { d.flushHeld() }
 
-// Close implements netstack.Device. Nothing is in flight: every
-// transmission completed when its call returned.
+// Close implements netstack.Device. The only transmission in flight is a
+// held one (every other completed when its call returned): it completes
+// now, with StatusClosed.
 func (d *Device) Close() error {
 	d.closed.Store(true)
+	d.txMu.Lock()
+	c := d.held
+	d.held = nil
+	d.holding.Store(false)
+	d.txMu.Unlock()
+	d.complete(c, fmt.Errorf("netcall: transmit: %w", StatusClosed))
 	return nil
 }
 

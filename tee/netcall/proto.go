@@ -31,9 +31,12 @@
 //     buffer mapped in place). Only performance changes.
 //   - OpWait(us, 0, 0): the Normal World has nothing to do for up to us
 //     microseconds (at most MaxWaitMicros): the Secure World waits for a
-//     received frame (r1 = 1) or the time (r1 = 0), idle meanwhile. It is
-//     the Normal World's idle governor: the core sleeps in the Secure
-//     World, which the NIC's interrupt wakes.
+//     received frame (r1 = WaitRx), for a staging buffer to come back
+//     after it answered a transmit StatusFull (r1 = WaitFreed: the
+//     Normal World holds that transmission and retries it), or the time
+//     (r1 = 0), idle meanwhile. It is the Normal World's idle governor:
+//     the core sleeps in the Secure World, which the NIC's interrupt
+//     wakes.
 //
 // # Validation
 //
@@ -149,6 +152,12 @@ const (
 	// TxExtentSize.
 	TxDescHeader = 16
 	TxExtentSize = 8
+)
+
+// OpWait's answers (r1) other than 0 (the time ran out).
+const (
+	WaitRx    = 1 // a received frame signalled
+	WaitFreed = 2 // a staging buffer came back after a StatusFull answer
 )
 
 // OpMode's strategies.

@@ -51,6 +51,11 @@ type Server struct {
 
 	txErrors   atomic.Uint64 // completions with an error
 	txComplete atomic.Uint64
+	// fullOut is set when a transmit is answered StatusFull: the Normal
+	// World holds that transmission, and the next staging buffer to come
+	// back signals freed, which ends an OpWait (value WaitFreed).
+	fullOut atomic.Bool
+	freed   chan struct{}
 }
 
 // ServerStats are the Secure World's counters.
@@ -58,8 +63,9 @@ type ServerStats struct {
 	// Calls counts every call handled; Info, Tx, Rx, Stats and WaitCalls
 	// count them by operation (a call with an unknown operation counts in
 	// Calls and in Refused["bad-op"] only); WaitWoken counts the waits a
-	// received frame ended.
-	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken, ModeCalls uint64
+	// received frame ended, WaitFreed those a staging buffer coming back
+	// after a StatusFull answer ended.
+	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken, WaitFreed, ModeCalls uint64
 	// Refused counts refused calls by status name (Full is not a
 	// refusal: it is counted in TxFull).
 	Refused map[string]uint64 `json:",omitempty"`
@@ -94,7 +100,7 @@ func NewServer(c ServerConfig) (*Server, error) {
 		c.LargeSlots = 8
 	}
 	s := &Server{nic: c.NIC, region: c.Region, small: make(chan []byte, c.SmallSlots), large: make(chan []byte, c.LargeSlots),
-		ext: make([]Extent, 0, MaxExtents)}
+		ext: make([]Extent, 0, MaxExtents), freed: make(chan struct{}, 1)}
 	for range c.SmallSlots {
 		s.small <- make([]byte, smallSlot)
 	}
@@ -119,6 +125,12 @@ func (s *Server) TxDone(cookie any, err error) {
 		s.large <- sl.buf
 	} else {
 		s.small <- sl.buf
+	}
+	if s.fullOut.Swap(false) {
+		select {
+		case s.freed <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -181,8 +193,17 @@ func (s *Server) Handle(r0, r1, r2, r3 uint32) (Status, uint32) {
 	}
 	switch st {
 	case StatusOK:
+		if op == OpTransmit {
+			// Whatever the Normal World held has gone: a pending
+			// signal would end its next wait for nothing.
+			select {
+			case <-s.freed:
+			default:
+			}
+		}
 	case StatusFull:
 		s.stats.TxFull++
+		s.fullOut.Store(true)
 	default:
 		s.refused[st]++
 		s.stats.LastRefusal = op.String() + ": " + st.String() + ": " + why
@@ -414,20 +435,27 @@ func (s *Server) mode(m, r2, r3 uint32) (Status, string) {
 }
 
 // wait waits up to us microseconds for the NIC to signal received frames
-// (its interrupt, or a poll); it reports 1 when one did.
+// (its interrupt, or a poll), or, after a StatusFull answer, for a staging
+// buffer to come back; it reports WaitRx or WaitFreed when one did.
 func (s *Server) wait(us uint32) (Status, uint32) {
-	woken := func() (Status, uint32) {
+	woken := func(v uint32) (Status, uint32) {
 		s.mu.Lock()
 		s.stats.Calls++
 		s.stats.WaitCalls++
-		s.stats.WaitWoken++
+		if v == WaitRx {
+			s.stats.WaitWoken++
+		} else {
+			s.stats.WaitFreed++
+		}
 		s.mu.Unlock()
-		return StatusOK, 1
+		return StatusOK, v
 	}
 	rx := s.nic.RxReady()
 	select {
 	case <-rx:
-		return woken()
+		return woken(WaitRx)
+	case <-s.freed:
+		return woken(WaitFreed)
 	default:
 	}
 	if us > 0 {
@@ -435,7 +463,9 @@ func (s *Server) wait(us uint32) (Status, uint32) {
 		defer t.Stop()
 		select {
 		case <-rx:
-			return woken()
+			return woken(WaitRx)
+		case <-s.freed:
+			return woken(WaitFreed)
 		case <-t.C:
 		}
 	}

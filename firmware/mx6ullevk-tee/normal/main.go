@@ -10,7 +10,11 @@
 // Built with -ldflags "-X main.Hostile=1" it also makes every malformed
 // call of netcall.HostileCalls before READY and then every 100 ms while it
 // serves, and reports in /stats (nic.hostile) how many the Trusted OS
-// answered otherwise than the table wants (none, or it is broken).
+// answered otherwise than the table wants (none, or it is broken). Before
+// that it probes the world switch (probeBanked): it aims its IRQ-mode
+// stack at a canary, sets every banked register, waits in the Secure
+// World, and prints "BANKED canary_touched=N changed=..." (0 and none, or
+// Secure interrupts ran on its stack or clobbered its registers).
 package main
 
 import (
@@ -134,6 +138,8 @@ func main() {
 		panic(err)
 	}
 	if Hostile != "" {
+		touched, changed := probeBanked(dev, 20)
+		fmt.Printf("BANKED canary_touched=%d changed=%s\n", touched, changed)
 		ctl.hostile = &hostile{}
 		ctl.hostile.round(dev)
 		h := ctl.hostile.snapshot()

@@ -1,0 +1,72 @@
+//go:build tamago && arm
+
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/tamanic/tamanic/tee/banked"
+	"github.com/tamanic/tamanic/tee/netcall"
+)
+
+// canary is the memory the probe points its IRQ-mode SP into: a Secure
+// World that took an interrupt on that stack would write its registers
+// here.
+var canary [4096]byte
+
+const canaryByte = 0xC5
+
+// probeBanked is the hostile image's check of the world switch (issue 32
+// item 1): it sets its own exception-mode banked registers to probe
+// values, SP_irq in the middle of canary, makes waits (OpWait: the Secure
+// World unmasks its IRQs and takes at least its timer's interrupt in
+// each), and reports how many canary bytes changed and which banked
+// registers differ from what it set; then it puts its own back. It runs
+// with IRQs masked, as the Normal World always does.
+func probeBanked(dev *netcall.Device, waits int) (touched int, changed string) {
+	for i := range canary {
+		canary[i] = canaryByte
+	}
+	var own, probe, after banked.Regs
+	banked.Save(&own)
+	sp := uint32(uintptr(unsafe.Pointer(&canary[len(canary)/2])))
+	probe = banked.Regs{
+		IRQ:   banked.Mode{SP: sp, LR: 0x11111110, SPSR: 0x800001d2},
+		FIQ:   banked.Mode{SP: sp - 256, LR: 0x22222220, SPSR: 0x400001d1},
+		ABT:   banked.Mode{SP: sp - 512, LR: 0x33333330, SPSR: 0x200001d7},
+		UND:   banked.Mode{SP: sp - 768, LR: 0x44444440, SPSR: 0x100001db},
+		SVC:   banked.Mode{SP: sp - 1024, LR: 0x55555550, SPSR: 0x000001d3},
+		FIQR8: [5]uint32{0xf8f8f8f8, 0xf9f9f9f9, 0xfafafafa, 0xfbfbfbfb, 0xfcfcfcfc},
+	}
+	banked.Load(&probe)
+	for range waits {
+		dev.Wait(2 * time.Millisecond)
+	}
+	banked.Save(&after)
+	banked.Load(&own)
+	for _, b := range canary {
+		if b != canaryByte {
+			touched++
+		}
+	}
+	var diff []string
+	for _, m := range []struct {
+		name      string
+		got, want banked.Mode
+	}{{"irq", after.IRQ, probe.IRQ}, {"fiq", after.FIQ, probe.FIQ}, {"abt", after.ABT, probe.ABT},
+		{"und", after.UND, probe.UND}, {"svc", after.SVC, probe.SVC}} {
+		if m.got != m.want {
+			diff = append(diff, fmt.Sprintf("%s:%08x/%08x/%08x", m.name, m.got.SP, m.got.LR, m.got.SPSR))
+		}
+	}
+	if after.FIQR8 != probe.FIQR8 {
+		diff = append(diff, fmt.Sprintf("fiq_r8-r12:%08x", after.FIQR8))
+	}
+	if len(diff) == 0 {
+		return touched, "none"
+	}
+	return touched, strings.Join(diff, ",")
+}
