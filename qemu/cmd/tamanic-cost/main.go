@@ -17,8 +17,20 @@
 //
 //	go run ./qemu/cmd/tamanic-cost -warm -iprof 40 -cfg tx:tso:512
 //
+// With -cache it also loads the cache model plugin (plugin/cachemodel.c,
+// qemu.CachePlugin): every guest load and store goes through a model of
+// the board's data caches (the i.MX6ULL's Cortex-A7 L1 and L2, the
+// i.MX6Q's Cortex-A9 L1 and PL310), and each transfer's misses, uncached
+// and device accesses and cache maintenance per MiB are printed with the
+// estimated core cycles per MiB and CPU load at line rate
+// (qemu.SoCCosts); after the transfers, a sensitivity table shows how the
+// estimates and the bounce/sg ratio move when each constant is halved and
+// doubled.
+//
+//	go run ./qemu/cmd/tamanic-cost -cache -size 4194304 -cfg tx:bounce:512,tx:sg:512
+//
 // It needs qemu-system-arm with TCG plugin support (Debian's has it) and,
-// for -iprof, a C compiler (cc).
+// for -iprof and -cache, a C compiler (cc).
 package main
 
 import (
@@ -27,6 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +76,7 @@ func main() {
 	iprof := flag.Int("iprof", 0, "instruction-count profile: print the top N functions (0: none)")
 	callers := flag.String("callers", "", "with -iprof: comma-separated functions whose calls to count by caller")
 	jsonOut := flag.String("json", "", "also write the measured runs to this file as JSON (qemu.CostRun)")
+	cache := flag.Bool("cache", false, "load the cache model plugin and print each transfer's cache counts and estimated cycles per MiB")
 	flag.Parse()
 	var patches []string
 	if p := os.Getenv("TAMANIC_GVISOR_PATCHES"); p != "" {
@@ -90,6 +104,18 @@ func main() {
 			fail(err)
 		}
 		args = pr.qemuArgs()
+	}
+	var cp *qemu.CachePlugin
+	var soc string
+	if *cache {
+		if soc, err = qemu.BoardSoC(*board); err != nil {
+			fail(err)
+		}
+		if cp, err = qemu.NewCachePlugin(root, dir, elf, *board); err != nil {
+			fail(err)
+		}
+		defer cp.Close()
+		args = append(args, cp.QEMUArgs(ramSize(*board))...)
 	}
 	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: *board, Icount: true, Args: args})
 	if err != nil {
@@ -128,6 +154,12 @@ func main() {
 					fail(err)
 				}
 			}
+			var cbefore qemu.CacheSnapshot
+			if cp != nil && !warmup {
+				if cbefore, err = cp.Snapshot(); err != nil {
+					fail(err)
+				}
+			}
 			s0, err := m.Stats()
 			if err != nil {
 				fail(err)
@@ -160,8 +192,18 @@ func main() {
 			irq, rx, tx := d(".nic.irq_ns"), d(".nic.endpoint.RxNs"), d(".nic.endpoint.TxNs")
 			fmt.Printf("%s #%d: busy %.3f M instructions/MiB: IRQ %.3f M, endpoint RX %.3f M, endpoint TX %.3f M, rest %.3f M; %.0f interrupts, %.0f RX passes per MiB\n",
 				c, i, busy/1e6, irq/1e6, rx/1e6, tx/1e6, (busy-irq-rx-tx)/1e6, d(".nic.irqs"), d(".nic.endpoint.RxBatches"))
-			measured = append(measured, qemu.CostRun{Board: *board, Dir: f[0], Mode: f[1], Copybreak: cb, Run: i,
-				Bytes: *size, GVisorPatches: patches, Busy: busy, IRQ: irq, RX: rx, TX: tx})
+			run := qemu.CostRun{Board: *board, Dir: f[0], Mode: f[1], Copybreak: cb, Run: i,
+				Bytes: *size, GVisorPatches: patches, Busy: busy, IRQ: irq, RX: rx, TX: tx}
+			if cp != nil {
+				cafter, err := cp.Snapshot()
+				if err != nil {
+					fail(err)
+				}
+				run.SoC, run.Cache = soc, perMiB(cafter.Now.Sub(cbefore.Now), mib)
+				run.Cycles = qemu.SoCCosts[soc].Cycles(run.Cache)
+				printCache(os.Stdout, qemu.SoCCosts[soc], run)
+			}
+			measured = append(measured, run)
 			if *dump {
 				var ks []string
 				for k := range b {
@@ -183,11 +225,51 @@ func main() {
 			}
 		}
 	}
+	if cp != nil && len(measured) > 0 {
+		fmt.Printf("\nSensitivity (%s; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name)
+		qemu.Sensitivity(os.Stdout, qemu.SoCCosts[soc], measured, "bounce", "sg")
+	}
 	if *jsonOut != "" {
 		js, _ := json.MarshalIndent(measured, "", "  ")
 		if err := os.WriteFile(*jsonOut, js, 0o644); err != nil {
 			fail(err)
 		}
+	}
+}
+
+// ramSize is the -m of board's QEMU machine.
+func ramSize(board string) string {
+	a := qemu.Boards[board]
+	for i := 0; i+1 < len(a); i++ {
+		if a[i] == "-m" {
+			return a[i+1]
+		}
+	}
+	return "512M"
+}
+
+func perMiB(c qemu.CacheCounts, mib float64) qemu.CacheCounts {
+	out := qemu.CacheCounts{}
+	for k, v := range c {
+		out[k] = v / mib
+	}
+	return out
+}
+
+// printCache prints a transfer's cache counts and estimate per MiB.
+func printCache(w io.Writer, k qemu.CostConstants, r qemu.CostRun) {
+	c := r.Cache
+	fmt.Fprintf(w, "  cache model per MiB: %.3f M instructions; L1 read misses %.0f, write misses %.0f; L2 read misses %.0f; DRAM lines read %.0f, written %.0f (write-through %.0f); uncached reads %.0f, writes %.0f; device reads %.0f, writes %.0f; maintenance %.0f lines (DCCMVAC %.0f, DCIMVAC %.0f, DCCIMVAC %.0f, PL310 %.0f), %.0f written back\n",
+		c["insns"]/1e6, c["l1_read_miss"], c["l1_write_miss"], c["l2_read_miss"], c["dram_read"], c["dram_write"], c["wt_lines"],
+		c["unc_read"], c["unc_write"], c["dev_read"], c["dev_write"], c.MaintenanceOps(), c["dccmvac"], c["dcimvac"], c["dccimvac"],
+		c["pl310_clean"]+c["pl310_inv"]+c["pl310_cleaninv"], c["maint_l1_wb"]+c["maint_l2_wb"])
+	fmt.Fprintf(w, "  estimate: %.3f M cycles per MiB (instructions %.3f M, L1 misses %.3f M, L2 misses %.3f M, DRAM writes %.3f M, uncached %.3f M, device %.3f M, maintenance %.3f M); CPU load at %.0f Mbit/s and %.0f MHz: %.1f%%\n",
+		r.Cycles/1e6, c["insns"]*k.CPI/1e6, c["l1_read_miss"]*k.L2Hit/1e6, c["l2_read_miss"]*k.DRAMRead/1e6, c["dram_write"]*k.DRAMWrite/1e6,
+		(c["unc_read"]+c["unc_write"])*k.Uncached/1e6, (c["dev_read"]+c["dev_write"])*k.Device/1e6, c.MaintenanceOps()*k.Maint/1e6,
+		k.LineRate/1e6, k.MHz, 100*k.Load(r.Cycles))
+	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["pl310_bad"] + c["pa_mismatch"]; bad > 0 {
+		fmt.Fprintf(w, "  WARNING: maintenance the model could not place: %.1f per MiB (mva_unknown %.1f, mva_mismatch %.1f, pl310_bad %.1f, pa_mismatch %.1f)\n",
+			bad, c["mva_unknown"], c["mva_mismatch"], c["pl310_bad"], c["pa_mismatch"])
 	}
 }
 
