@@ -292,6 +292,22 @@ func NewCachePlugin(root, dir, elfPath, board string, marks ...string) (*CachePl
 	return p, nil
 }
 
+// SetWriteAllocate overrides whether store misses allocate (CacheSoC's
+// WriteAllocate, from the mapping's attributes): the other reading of the
+// cores' treatment of Write-Back no-Write-Allocate memory, for comparison.
+func (p *CachePlugin) SetWriteAllocate(on bool) {
+	wa := "wa=0"
+	if on {
+		wa = "wa=1"
+	}
+	for i, a := range p.args {
+		if strings.HasPrefix(a, "wa=") {
+			p.args[i] = wa
+		}
+	}
+	p.SoC.WriteAllocate = on
+}
+
 // QEMUArgs are the arguments loading the plugin, with the guest's RAM
 // (ramSize bytes, the board's -m) in the shared backend file.
 func (p *CachePlugin) QEMUArgs(ramSize string) []string {

@@ -76,6 +76,7 @@ func main() {
 	iprof := flag.Int("iprof", 0, "instruction-count profile: print the top N functions (0: none)")
 	callers := flag.String("callers", "", "with -iprof: comma-separated functions whose calls to count by caller")
 	jsonOut := flag.String("json", "", "also write the measured runs to this file as JSON (qemu.CostRun)")
+	writeAllocate := flag.Bool("write-allocate", false, "with -cache: model store misses as allocating (Write-Back Write-Allocate) instead of the mapping's no-write-allocate")
 	cache := flag.Bool("cache", false, "load the cache model plugin and print each transfer's cache counts and estimated cycles per MiB")
 	flag.Parse()
 	var patches []string
@@ -115,6 +116,9 @@ func main() {
 			fail(err)
 		}
 		defer cp.Close()
+		if *writeAllocate {
+			cp.SetWriteAllocate(true)
+		}
 		args = append(args, cp.QEMUArgs(ramSize(*board))...)
 	}
 	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: *board, Icount: true, Args: args})
@@ -154,15 +158,17 @@ func main() {
 					fail(err)
 				}
 			}
+			s0, err := m.Stats()
+			if err != nil {
+				fail(err)
+			}
+			// The cache model's window is inside the two /stats
+			// requests, so that their handling is not counted.
 			var cbefore qemu.CacheSnapshot
 			if cp != nil && !warmup {
 				if cbefore, err = cp.Snapshot(); err != nil {
 					fail(err)
 				}
-			}
-			s0, err := m.Stats()
-			if err != nil {
-				fail(err)
 			}
 			if f[0] == "tx" {
 				_, err = m.Receive(*size, 5*time.Minute)
@@ -174,6 +180,12 @@ func main() {
 			}
 			if err != nil {
 				fail(fmt.Errorf("%s: %w\n%s", c, err, m.Console()))
+			}
+			var cafter qemu.CacheSnapshot
+			if cp != nil && !warmup {
+				if cafter, err = cp.Snapshot(); err != nil {
+					fail(err)
+				}
 			}
 			s1, err := m.Stats()
 			if err != nil {
@@ -195,10 +207,6 @@ func main() {
 			run := qemu.CostRun{Board: *board, Dir: f[0], Mode: f[1], Copybreak: cb, Run: i,
 				Bytes: *size, GVisorPatches: patches, Busy: busy, IRQ: irq, RX: rx, TX: tx}
 			if cp != nil {
-				cafter, err := cp.Snapshot()
-				if err != nil {
-					fail(err)
-				}
 				run.SoC, run.Cache = soc, perMiB(cafter.Now.Sub(cbefore.Now), mib)
 				run.Cycles = qemu.SoCCosts[soc].Cycles(run.Cache)
 				printCache(os.Stdout, qemu.SoCCosts[soc], run)
@@ -226,7 +234,7 @@ func main() {
 		}
 	}
 	if cp != nil && len(measured) > 0 {
-		fmt.Printf("\nSensitivity (%s; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name)
+		fmt.Printf("\nSensitivity (%s, write-allocate %v; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name, cp.SoC.WriteAllocate)
 		qemu.Sensitivity(os.Stdout, qemu.SoCCosts[soc], measured, "bounce", "sg")
 	}
 	if *jsonOut != "" {
