@@ -68,7 +68,7 @@ func TestCacheModelCounts(t *testing.T) {
 	if len(s.Marks) != 7 {
 		t.Fatalf("%d marks snapshotted, want 7\n%s", len(s.Marks), m.Console())
 	}
-	for _, k := range []string{"pa_mismatch", "no_hwaddr", "mva_unknown", "mva_mismatch", "mva_leftover"} {
+	for _, k := range []string{"pa_mismatch", "no_hwaddr", "mva_unknown", "mva_mismatch", "mva_leftover", "marks_dropped"} {
 		if v := s.Now[k]; v != 0 {
 			t.Errorf("%s = %.0f, want 0", k, v)
 		}

@@ -91,7 +91,7 @@ struct cache {
 	X(unc_read) X(unc_write) X(dev_read) X(dev_write) X(dccmvac) X(dcimvac)            \
 	X(dccimvac) X(dccmvau) X(setway) X(maint_l1_wb) X(maint_l2_wb) X(mva_unknown)        \
 	X(mva_mismatch) X(mva_leftover) X(pl310_clean) X(pl310_inv) X(pl310_cleaninv)      \
-	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pa_mismatch) X(no_hwaddr)
+	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pa_mismatch) X(no_hwaddr) X(marks_dropped)
 #define ENUM(n) C_##n,
 #define NAME(n) #n,
 enum { COUNTERS(ENUM) NCOUNT };
@@ -614,7 +614,10 @@ static void marked(unsigned int vcpu, void *ud) {
 	(void)vcpu;
 	(void)ud;
 	pthread_mutex_lock(&mu);
-	if (nsnaps < MAXMARKS) memcpy(snaps[nsnaps++], model.c, sizeof model.c);
+	if (nsnaps < MAXMARKS)
+		memcpy(snaps[nsnaps++], model.c, sizeof model.c);
+	else
+		model.c[C_marks_dropped]++; /* the snapshot table is full */
 	pthread_mutex_unlock(&mu);
 }
 
