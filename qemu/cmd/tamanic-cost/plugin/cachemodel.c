@@ -46,10 +46,12 @@
  * the one expected and that the count matches (mva_mismatch,
  * mva_leftover). An MCR outside the routines is counted (mva_unknown) and
  * not applied. A PL310 maintenance store's value is likewise invisible: it
- * is the 32-bit word the store instruction's own routine loaded last
- * (mmio.Block.Write32 -> atomic store: the value is loaded from its argument
- * slot just before the store), read from guest RAM; a value that is not a
- * line-aligned address in a wb range is counted (pl310_bad), not applied.
+ * is the last 32-bit word loaded from RAM before the store
+ * (mmio.Block.Write32 calls the runtime's atomic store, which with GOARM=7
+ * loads the address and then the value from its argument slots and stores),
+ * read from guest RAM; a value that is not a line-aligned address in a wb
+ * range is counted (pl310_bad), not applied. QEMU 7.2's sabrelite has no
+ * PL310, so this path runs only on a QEMU that models one.
  *
  * QEMU 7.2's qemu_plugin_hwaddr_phys_addr returns block->offset + offset +
  * mr->addr for RAM (fixed later to the plain physical address); the RAM
