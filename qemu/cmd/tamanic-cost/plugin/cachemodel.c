@@ -46,9 +46,11 @@
  * the one expected and that the count matches (mva_mismatch,
  * mva_leftover). An MCR outside the routines is counted (mva_unknown) and
  * not applied. A PL310 maintenance store's value is likewise invisible: it
- * is the last 32-bit word loaded from RAM before the store
- * (mmio.Block.Write32 calls the runtime's atomic store, which with GOARM=7
- * loads the address and then the value from its argument slots and stores),
+ * is the last word loaded from the stack (LDR Rt, [SP, #imm]) before the
+ * store: mmio.Block.Write32 calls the runtime's atomic store
+ * (internal/runtime/atomic.Store, sys_nonlinux_arm.s), which loads the
+ * address and then the value from its argument slots, then a literal and
+ * the goarm byte (not stack loads), then stores;
  * read from guest RAM; a value that is not a line-aligned address in a wb
  * range is counted (pl310_bad), not applied. QEMU 7.2's sabrelite has no
  * PL310, so this path runs only on a QEMU that models one.
@@ -439,7 +441,7 @@ static const uint8_t *ram;
 static uint64_t rambase, ramsize;
 static uint64_t pl310 = ~0ull;
 static bool mirror;
-static uint64_t lastload; /* physical address + 1 of the last 32-bit RAM load */
+static uint64_t lastload; /* physical address + 1 of the last word loaded from the stack */
 
 /* The maintenance routine running, with the lines its MCRs are due. */
 static struct {
@@ -542,8 +544,8 @@ static void mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, v
 		return;
 	}
 	if (pa != vaddr) model.c[C_pa_mismatch]++;
-	if (!st && size == 4) lastload = pa + 1;
-	uintptr_t r = (uintptr_t)ud;
+	uintptr_t r = (uintptr_t)ud & 0xFF;
+	if (!st && size == 4 && ((uintptr_t)ud & 0x100)) lastload = pa + 1;
 	if (r && !st && run.routine == (int)r && run.nargs < 2) {
 		uint64_t v = 0;
 		if (!ram_word(pa, &v)) model.c[C_mva_mismatch]++;
@@ -653,7 +655,15 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
 					                                       (void *)(uintptr_t)(crm | opc2 << 4 | r << 8));
 			}
 		}
-		qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, (void *)(uintptr_t)r);
+		/* LDR Rt, [SP, #imm] (ARM ARM A8.8.63, encoding A1): a
+		 * word loaded from the stack, for the PL310 store values. */
+		uintptr_t spload = 0;
+		if (qemu_plugin_insn_size(insn) == 4) {
+			uint32_t w;
+			memcpy(&w, qemu_plugin_insn_data(insn), 4);
+			if ((w & 0x0E500000) == 0x04100000 && ((w >> 16) & 15) == 13) spload = 0x100;
+		}
+		qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, (void *)((uintptr_t)r | spload));
 	}
 }
 
