@@ -275,9 +275,9 @@ func printCache(w io.Writer, k qemu.CostConstants, r qemu.CostRun) {
 		r.Cycles/1e6, c["insns"]*k.CPI/1e6, c["l1_read_miss"]*k.L2Hit/1e6, c["l2_read_miss"]*k.DRAMRead/1e6, c["dram_write"]*k.DRAMWrite/1e6,
 		(c["unc_read"]+c["unc_write"])*k.Uncached/1e6, (c["dev_read"]+c["dev_write"])*k.Device/1e6, c.MaintenanceOps()*k.Maint/1e6,
 		k.LineRate/1e6, k.MHz, 100*k.Load(r.Cycles))
-	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["pl310_bad"] + c["pa_mismatch"]; bad > 0 {
-		fmt.Fprintf(w, "  WARNING: maintenance the model could not place: %.1f per MiB (mva_unknown %.1f, mva_mismatch %.1f, pl310_bad %.1f, pa_mismatch %.1f)\n",
-			bad, c["mva_unknown"], c["mva_mismatch"], c["pl310_bad"], c["pa_mismatch"])
+	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"] + c["setway"] + c["dccmvau"] + c["pl310_way"]; bad > 0 {
+		fmt.Fprintf(w, "  WARNING: maintenance or accesses the model could not place or does not model, per MiB: mva_unknown %.1f, mva_mismatch %.1f, mva_leftover %.1f, pl310_bad %.1f, pa_mismatch %.1f, set/way %.1f, DCCMVAU %.1f, PL310 by way %.1f\n",
+			c["mva_unknown"], c["mva_mismatch"], c["mva_leftover"], c["pl310_bad"], c["pa_mismatch"], c["setway"], c["dccmvau"], c["pl310_way"])
 	}
 }
 

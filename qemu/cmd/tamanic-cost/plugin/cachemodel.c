@@ -750,7 +750,7 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 		} else if (!strncmp(a, "mark=", 5) && nmarkaddrs < MAXRANGES) {
 			marks[nmarkaddrs++] = strtoull(a + 5, NULL, 0);
 		} else {
-			fprintf(stderr, "cachemodel: unknown argument %s\n", a);
+			fprintf(stderr, "cachemodel: unknown argument, or more than %d of its kind: %s\n", MAXRANGES, a);
 			return -1;
 		}
 	}
