@@ -116,6 +116,7 @@ func main() {
 			fail(err)
 		}
 		defer cp.Close()
+		atExit = append(atExit, cp.Close)
 		if *writeAllocate {
 			cp.SetWriteAllocate(true)
 		}
@@ -126,6 +127,7 @@ func main() {
 		fail(err)
 	}
 	defer m.Stop()
+	atExit = append(atExit, func() { m.Stop() })
 	fmt.Printf("# %s\n", m.CommandLine())
 	if err := m.SetSinkHash(false); err != nil {
 		fail(err)
@@ -281,8 +283,16 @@ func printCache(w io.Writer, k qemu.CostConstants, r qemu.CostRun) {
 	}
 }
 
+// atExit runs before fail exits (deferred calls do not): stopping QEMU and
+// removing the cache model's shared RAM file, which would otherwise keep
+// the guest's touched memory in /dev/shm.
+var atExit []func()
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "tamanic-cost:", err)
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
 	os.Exit(1)
 }
 
