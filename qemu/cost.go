@@ -101,7 +101,9 @@ type CacheSoC struct {
 // 128 KB unified L2 (i.MX 6ULL Applications Processor Reference Manual
 // rev. 1, 1.4 "Features"). The Cortex-A7's L1 data cache is 4-way with
 // 64-byte lines (Cortex-A7 MPCore TRM r0p5, DDI 0464F, 6.6.1: 4-way, set
-// index bits [S+5:6]); its L2 has 64-byte lines and is 8-way (TRM 7.1).
+// index bits [S+5:6]); its L2 has 64-byte lines and is 8-way (TRM 7.1;
+// Linux d12a384a1b26 "ARM: dts: r8a7794: Add L2 cache-controller node":
+// a Cortex-A7 L2 "organized as 64 KiB x 8 ways").
 // The replacement policy modelled for both is LRU: UNCONFIRMED, the TRM
 // text on the policy could not be read this session; the checked
 // microbenchmarks (streaming and cyclic walks) give the same counts under
@@ -292,6 +294,22 @@ func NewCachePlugin(root, dir, elfPath, board string, marks ...string) (*CachePl
 	return p, nil
 }
 
+// SetWriteAllocate overrides whether store misses allocate (CacheSoC's
+// WriteAllocate, from the mapping's attributes): the other reading of the
+// cores' treatment of Write-Back no-Write-Allocate memory, for comparison.
+func (p *CachePlugin) SetWriteAllocate(on bool) {
+	wa := "wa=0"
+	if on {
+		wa = "wa=1"
+	}
+	for i, a := range p.args {
+		if strings.HasPrefix(a, "wa=") {
+			p.args[i] = wa
+		}
+	}
+	p.SoC.WriteAllocate = on
+}
+
 // QEMUArgs are the arguments loading the plugin, with the guest's RAM
 // (ramSize bytes, the board's -m) in the shared backend file.
 func (p *CachePlugin) QEMUArgs(ramSize string) []string {
@@ -449,7 +467,8 @@ func costSources(l2 string) map[string]string {
 	}
 }
 
-// Constant names in the order tables show them.
+// CostConstantNames are the constants Scaled knows, in the order tables
+// show them.
 var CostConstantNames = []string{"CPI", "L2Hit", "DRAMRead", "DRAMWrite", "Uncached", "Device", "Maint"}
 
 // Scaled returns k with the named constant multiplied by f.

@@ -97,6 +97,8 @@ func main() {
 	withTEE := flag.Bool("tee", true, "also build and measure the TrustZone-partitioned image (make firmware TEE=1; mx6ullevk only)")
 	teeOnly := flag.Bool("tee-only", false, "only measure the TrustZone-partitioned image and the unpartitioned one in bounce, sg and tso (tee-report.md)")
 	targets := flag.String("targets", "", "write issue 16's cost-target table to this file from two tamanic-cost -json files (stock, patched gVisor) given as arguments, append it to the report.md beside it if there is one, and exit")
+	cacheOut := flag.String("cache-report", "", "write the cache model's estimate rows and sensitivity tables to this file from the tamanic-cost -cache -json files given as arguments, append them to the report.md beside it if there is one, and exit")
+	cacheCmd := flag.String("cache-command", "go run ./qemu/cmd/tamanic-cost -cache -json FILE", "with -cache-report: the command that produced the runs, printed with the table")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	flag.Parse()
 	if *cmp != "" {
@@ -107,6 +109,12 @@ func main() {
 		fmt.Print(rep.String())
 		os.MkdirAll(filepath.Dir(*cmp), 0o755)
 		if err := os.WriteFile(*cmp, []byte(rep.String()), 0o644); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *cacheOut != "" {
+		if err := writeCacheReport(*cacheOut, *cacheCmd, flag.Args()); err != nil {
 			fail(err)
 		}
 		return

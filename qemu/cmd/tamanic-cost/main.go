@@ -76,6 +76,7 @@ func main() {
 	iprof := flag.Int("iprof", 0, "instruction-count profile: print the top N functions (0: none)")
 	callers := flag.String("callers", "", "with -iprof: comma-separated functions whose calls to count by caller")
 	jsonOut := flag.String("json", "", "also write the measured runs to this file as JSON (qemu.CostRun)")
+	writeAllocate := flag.Bool("write-allocate", false, "with -cache: model store misses as allocating (Write-Back Write-Allocate) instead of the mapping's no-write-allocate")
 	cache := flag.Bool("cache", false, "load the cache model plugin and print each transfer's cache counts and estimated cycles per MiB")
 	flag.Parse()
 	var patches []string
@@ -115,6 +116,10 @@ func main() {
 			fail(err)
 		}
 		defer cp.Close()
+		atExit = append(atExit, cp.Close)
+		if *writeAllocate {
+			cp.SetWriteAllocate(true)
+		}
 		args = append(args, cp.QEMUArgs(ramSize(*board))...)
 	}
 	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: *board, Icount: true, Args: args})
@@ -122,6 +127,7 @@ func main() {
 		fail(err)
 	}
 	defer m.Stop()
+	atExit = append(atExit, func() { m.Stop() })
 	fmt.Printf("# %s\n", m.CommandLine())
 	if err := m.SetSinkHash(false); err != nil {
 		fail(err)
@@ -154,15 +160,17 @@ func main() {
 					fail(err)
 				}
 			}
+			s0, err := m.Stats()
+			if err != nil {
+				fail(err)
+			}
+			// The cache model's window is inside the two /stats
+			// requests, so that their handling is not counted.
 			var cbefore qemu.CacheSnapshot
 			if cp != nil && !warmup {
 				if cbefore, err = cp.Snapshot(); err != nil {
 					fail(err)
 				}
-			}
-			s0, err := m.Stats()
-			if err != nil {
-				fail(err)
 			}
 			if f[0] == "tx" {
 				_, err = m.Receive(*size, 5*time.Minute)
@@ -174,6 +182,12 @@ func main() {
 			}
 			if err != nil {
 				fail(fmt.Errorf("%s: %w\n%s", c, err, m.Console()))
+			}
+			var cafter qemu.CacheSnapshot
+			if cp != nil && !warmup {
+				if cafter, err = cp.Snapshot(); err != nil {
+					fail(err)
+				}
 			}
 			s1, err := m.Stats()
 			if err != nil {
@@ -195,10 +209,6 @@ func main() {
 			run := qemu.CostRun{Board: *board, Dir: f[0], Mode: f[1], Copybreak: cb, Run: i,
 				Bytes: *size, GVisorPatches: patches, Busy: busy, IRQ: irq, RX: rx, TX: tx}
 			if cp != nil {
-				cafter, err := cp.Snapshot()
-				if err != nil {
-					fail(err)
-				}
 				run.SoC, run.Cache = soc, perMiB(cafter.Now.Sub(cbefore.Now), mib)
 				run.Cycles = qemu.SoCCosts[soc].Cycles(run.Cache)
 				printCache(os.Stdout, qemu.SoCCosts[soc], run)
@@ -226,7 +236,7 @@ func main() {
 		}
 	}
 	if cp != nil && len(measured) > 0 {
-		fmt.Printf("\nSensitivity (%s; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name)
+		fmt.Printf("\nSensitivity (%s, write-allocate %v; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name, cp.SoC.WriteAllocate)
 		qemu.Sensitivity(os.Stdout, qemu.SoCCosts[soc], measured, "bounce", "sg")
 	}
 	if *jsonOut != "" {
@@ -267,14 +277,22 @@ func printCache(w io.Writer, k qemu.CostConstants, r qemu.CostRun) {
 		r.Cycles/1e6, c["insns"]*k.CPI/1e6, c["l1_read_miss"]*k.L2Hit/1e6, c["l2_read_miss"]*k.DRAMRead/1e6, c["dram_write"]*k.DRAMWrite/1e6,
 		(c["unc_read"]+c["unc_write"])*k.Uncached/1e6, (c["dev_read"]+c["dev_write"])*k.Device/1e6, c.MaintenanceOps()*k.Maint/1e6,
 		k.LineRate/1e6, k.MHz, 100*k.Load(r.Cycles))
-	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["pl310_bad"] + c["pa_mismatch"]; bad > 0 {
-		fmt.Fprintf(w, "  WARNING: maintenance the model could not place: %.1f per MiB (mva_unknown %.1f, mva_mismatch %.1f, pl310_bad %.1f, pa_mismatch %.1f)\n",
-			bad, c["mva_unknown"], c["mva_mismatch"], c["pl310_bad"], c["pa_mismatch"])
+	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"] + c["setway"] + c["dccmvau"] + c["pl310_way"]; bad > 0 {
+		fmt.Fprintf(w, "  WARNING: maintenance or accesses the model could not place or does not model, per MiB: mva_unknown %.1f, mva_mismatch %.1f, mva_leftover %.1f, pl310_bad %.1f, pa_mismatch %.1f, set/way %.1f, DCCMVAU %.1f, PL310 by way %.1f\n",
+			c["mva_unknown"], c["mva_mismatch"], c["mva_leftover"], c["pl310_bad"], c["pa_mismatch"], c["setway"], c["dccmvau"], c["pl310_way"])
 	}
 }
 
+// atExit runs before fail exits (deferred calls do not): stopping QEMU and
+// removing the cache model's shared RAM file, which would otherwise keep
+// the guest's touched memory in /dev/shm.
+var atExit []func()
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "tamanic-cost:", err)
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
 	os.Exit(1)
 }
 

@@ -46,10 +46,14 @@
  * the one expected and that the count matches (mva_mismatch,
  * mva_leftover). An MCR outside the routines is counted (mva_unknown) and
  * not applied. A PL310 maintenance store's value is likewise invisible: it
- * is the 32-bit word the store instruction's own routine loaded last
- * (mmio.Block.Write32 -> atomic store: the value is loaded from its argument
- * slot just before the store), read from guest RAM; a value that is not a
- * line-aligned address in a wb range is counted (pl310_bad), not applied.
+ * is the last word loaded from the stack (LDR Rt, [SP, #imm]) before the
+ * store: mmio.Block.Write32 calls the runtime's atomic store
+ * (internal/runtime/atomic.Store, sys_nonlinux_arm.s), which loads the
+ * address and then the value from its argument slots, then a literal and
+ * the goarm byte (not stack loads), then stores;
+ * read from guest RAM; a value that is not a line-aligned address in a wb
+ * range is counted (pl310_bad), not applied. QEMU 7.2's sabrelite has no
+ * PL310, so this path runs only on a QEMU that models one.
  *
  * QEMU 7.2's qemu_plugin_hwaddr_phys_addr returns block->offset + offset +
  * mr->addr for RAM (fixed later to the plain physical address); the RAM
@@ -91,7 +95,7 @@ struct cache {
 	X(unc_read) X(unc_write) X(dev_read) X(dev_write) X(dccmvac) X(dcimvac)            \
 	X(dccimvac) X(dccmvau) X(setway) X(maint_l1_wb) X(maint_l2_wb) X(mva_unknown)        \
 	X(mva_mismatch) X(mva_leftover) X(pl310_clean) X(pl310_inv) X(pl310_cleaninv)      \
-	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pa_mismatch) X(no_hwaddr)
+	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pa_mismatch) X(no_hwaddr) X(marks_dropped)
 #define ENUM(n) C_##n,
 #define NAME(n) #n,
 enum { COUNTERS(ENUM) NCOUNT };
@@ -437,7 +441,7 @@ static const uint8_t *ram;
 static uint64_t rambase, ramsize;
 static uint64_t pl310 = ~0ull;
 static bool mirror;
-static uint64_t lastload; /* physical address + 1 of the last 32-bit RAM load */
+static uint64_t lastload; /* physical address + 1 of the last word loaded from the stack */
 
 /* The maintenance routine running, with the lines its MCRs are due. */
 static struct {
@@ -540,8 +544,8 @@ static void mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, v
 		return;
 	}
 	if (pa != vaddr) model.c[C_pa_mismatch]++;
-	if (!st && size == 4) lastload = pa + 1;
-	uintptr_t r = (uintptr_t)ud;
+	uintptr_t r = (uintptr_t)ud & 0xFF;
+	if (!st && size == 4 && ((uintptr_t)ud & 0x100)) lastload = pa + 1;
 	if (r && !st && run.routine == (int)r && run.nargs < 2) {
 		uint64_t v = 0;
 		if (!ram_word(pa, &v)) model.c[C_mva_mismatch]++;
@@ -614,7 +618,10 @@ static void marked(unsigned int vcpu, void *ud) {
 	(void)vcpu;
 	(void)ud;
 	pthread_mutex_lock(&mu);
-	if (nsnaps < MAXMARKS) memcpy(snaps[nsnaps++], model.c, sizeof model.c);
+	if (nsnaps < MAXMARKS)
+		memcpy(snaps[nsnaps++], model.c, sizeof model.c);
+	else
+		model.c[C_marks_dropped]++; /* the snapshot table is full */
 	pthread_mutex_unlock(&mu);
 }
 
@@ -648,7 +655,15 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
 					                                       (void *)(uintptr_t)(crm | opc2 << 4 | r << 8));
 			}
 		}
-		qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, (void *)(uintptr_t)r);
+		/* LDR Rt, [SP, #imm] (ARM ARM A8.8.63, encoding A1): a
+		 * word loaded from the stack, for the PL310 store values. */
+		uintptr_t spload = 0;
+		if (qemu_plugin_insn_size(insn) == 4) {
+			uint32_t w;
+			memcpy(&w, qemu_plugin_insn_data(insn), 4);
+			if ((w & 0x0E500000) == 0x04100000 && ((w >> 16) & 15) == 13) spload = 0x100;
+		}
+		qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, (void *)((uintptr_t)r | spload));
 	}
 }
 
@@ -735,7 +750,7 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 		} else if (!strncmp(a, "mark=", 5) && nmarkaddrs < MAXRANGES) {
 			marks[nmarkaddrs++] = strtoull(a + 5, NULL, 0);
 		} else {
-			fprintf(stderr, "cachemodel: unknown argument %s\n", a);
+			fprintf(stderr, "cachemodel: unknown argument, or more than %d of its kind: %s\n", MAXRANGES, a);
 			return -1;
 		}
 	}

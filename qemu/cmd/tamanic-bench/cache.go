@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tamanic/tamanic/qemu"
+)
+
+// cacheReport writes the cache model's estimate rows from tamanic-cost
+// -cache runs (medians per board, direction and mode), the command that
+// produced them, and each SoC's sensitivity table (qemu.Sensitivity).
+func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
+	type key struct{ soc, dir, mode string }
+	groups := map[key][]qemu.CostRun{}
+	var order []key
+	for _, r := range runs {
+		if r.Cache == nil || r.SoC == "" {
+			continue
+		}
+		k := key{r.SoC, r.Dir, r.Mode}
+		if groups[k] == nil {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	if len(order) == 0 {
+		return errors.New("cache report: no run has cache model counts (tamanic-cost -cache -json)")
+	}
+	fmt.Fprintf(w, "\n### Silicon cost estimate (cache model, issue 30)\n\n`%s`\n\n", command)
+	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | CPU load at line rate |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	bySoC := map[string][]qemu.CostRun{}
+	var socs []string
+	for _, k := range order {
+		m := medianRun(groups[k])
+		c, kk := m.Cache, qemu.SoCCosts[k.soc]
+		dir := "guest→host"
+		if k.dir == "rx" {
+			dir = "host→guest"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %.2f M | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
+			qemu.CacheSoCs[k.soc].Name, dir, k.mode, c["insns"]/1e6, m.Cycles/1e6, c["l1_read_miss"], c["l2_read_miss"],
+			c["dram_read"], c["dram_write"], c["unc_read"]+c["unc_write"], c["dev_read"]+c["dev_write"], c.MaintenanceOps(),
+			100*kk.Load(m.Cycles), kk.LineRate/1e6, kk.MHz)
+		if bySoC[k.soc] == nil {
+			socs = append(socs, k.soc)
+		}
+		bySoC[k.soc] = append(bySoC[k.soc], m)
+	}
+	for _, s := range socs {
+		kk := qemu.SoCCosts[s]
+		fmt.Fprintf(w, "\nSensitivity, %s (estimated cycles per MiB with each constant halved and doubled):\n\n", qemu.CacheSoCs[s].Name)
+		qemu.Sensitivity(w, kk, bySoC[s], "bounce", "sg")
+		fmt.Fprintln(w, "\nConstants and their sources:")
+		for _, n := range append([]string{"MHz", "LineRate"}, qemu.CostConstantNames...) {
+			fmt.Fprintf(w, "- %s = %g: %s\n", n, constantValue(kk, n), kk.Sources[n])
+		}
+	}
+	return nil
+}
+
+// medianRun returns the run with the median estimate.
+func medianRun(rs []qemu.CostRun) qemu.CostRun {
+	s := append([]qemu.CostRun(nil), rs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Cycles < s[j-1].Cycles; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
+
+func constantValue(k qemu.CostConstants, name string) float64 {
+	switch name {
+	case "MHz":
+		return k.MHz
+	case "LineRate":
+		return k.LineRate
+	}
+	return map[string]float64{"CPI": k.CPI, "L2Hit": k.L2Hit, "DRAMRead": k.DRAMRead, "DRAMWrite": k.DRAMWrite,
+		"Uncached": k.Uncached, "Device": k.Device, "Maint": k.Maint}[name]
+}
+
+// writeCacheReport is -cache-report: args are tamanic-cost -cache -json
+// files; the table is written to out and appended to the report.md beside
+// it if there is one.
+func writeCacheReport(out, command string, args []string) error {
+	var runs []qemu.CostRun
+	for _, a := range args {
+		rs, err := qemu.ReadCostRuns(a)
+		if err != nil {
+			return fmt.Errorf("cache report: %w", err)
+		}
+		runs = append(runs, rs...)
+	}
+	var rep strings.Builder
+	if err := cacheReport(&rep, runs, command); err != nil {
+		return err
+	}
+	fmt.Print(rep.String())
+	if err := os.WriteFile(out, []byte(rep.String()), 0o644); err != nil {
+		return fmt.Errorf("cache report: %w", err)
+	}
+	report := filepath.Join(filepath.Dir(out), "report.md")
+	f, err := os.OpenFile(report, os.O_APPEND|os.O_WRONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cache report: %w", err)
+	}
+	defer f.Close()
+	if _, err := io.WriteString(f, rep.String()); err != nil {
+		return fmt.Errorf("cache report: appending to %s: %w", report, err)
+	}
+	return nil
+}
