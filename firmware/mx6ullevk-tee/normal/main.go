@@ -140,6 +140,8 @@ func main() {
 	if Hostile != "" {
 		touched, changed := probeBanked(dev, 20)
 		fmt.Printf("BANKED canary_touched=%d changed=%s\n", touched, changed)
+		ppi30, enet1 := probeGroups()
+		fmt.Printf("GROUPS ppi30=%d enet1=%d\n", ppi30, enet1)
 		ctl.hostile = &hostile{}
 		ctl.hostile.round(dev)
 		h := ctl.hostile.snapshot()
