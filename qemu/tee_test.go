@@ -221,6 +221,11 @@ func TestTEEHostileCalls(t *testing.T) {
 	if !strings.Contains(m.Console(), "BANKED canary_touched=0 changed=none") {
 		t.Errorf("Secure interrupts ran on the Normal World's stack or changed its banked registers:\n%s", m.Console())
 	}
+	// ... and not because the waits ran with IRQs masked: the Trusted OS
+	// unmasks them in every wait, after checking that SP_irq is its own.
+	if strings.Contains(m.Console(), "tee: the IRQ stack is not the Trusted OS's") {
+		t.Errorf("a wait found the Normal World's IRQ stack in place:\n%s", m.Console())
+	}
 	// Item 4: the Normal World can enable its own physical timer's PPI
 	// (Group 1) and cannot see ENET1's (Group 0).
 	if !strings.Contains(m.Console(), "GROUPS ppi30=1 enet1=0") {
