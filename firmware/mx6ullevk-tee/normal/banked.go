@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
+
 	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/tee/banked"
 	"github.com/tamanic/tamanic/tee/netcall"
@@ -90,4 +92,31 @@ func probeGroups() (ppi30, enet1 uint32) {
 	const irq = 150
 	enet1 = gicd.Read32(isenabler+4*(irq/32)) >> (irq % 32) & 1
 	return ppi30, enet1
+}
+
+// probeStorm is the hostile image's check that the Normal World's timer
+// cannot stall the Secure World (issue 32 item 4): it enables its
+// physical timer's PPI 30 and its CPU interface's Group 1 signalling,
+// fires the timer and leaves it asserted (its own IRQs stay masked, so
+// only the Secure World could take it), and makes waits; with PPI 30 in
+// the Secure World's group, each wait's interrupt handling would take
+// PPI 30 again and again. It returns the waits that came back, then
+// stops the timer and puts the GIC back.
+func probeStorm(dev *netcall.Device, waits int) int {
+	gicd := mmio.Block{Base: tzplan.GICBase + 0x1000}
+	gicc := mmio.Block{Base: tzplan.GICBase + 0x2000}
+	const isenabler, icenabler = 0x100, 0x180
+	gicd.Write32(isenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	ctlr := gicc.Read32(0) // GICC_CTLR, Non-secure view: bit 0 enables Group 1
+	gicc.Write32(0, ctlr|1)
+	imx6ul.ARM.SetAlarm(1) // in the past: fires at once and stays asserted
+	n := 0
+	for range waits {
+		dev.Wait(2 * time.Millisecond)
+		n++
+	}
+	imx6ul.ARM.SetAlarm(0)
+	gicd.Write32(icenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	gicc.Write32(0, ctlr)
+	return n
 }

@@ -142,6 +142,8 @@ func main() {
 		fmt.Printf("BANKED canary_touched=%d changed=%s\n", touched, changed)
 		ppi30, enet1 := probeGroups()
 		fmt.Printf("GROUPS ppi30=%d enet1=%d\n", ppi30, enet1)
+		fmt.Println("STORM start")
+		fmt.Printf("STORM waits=%d\n", probeStorm(dev, 5))
 		ctl.hostile = &hostile{}
 		ctl.hostile.round(dev)
 		h := ctl.hostile.snapshot()
