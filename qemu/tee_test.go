@@ -71,7 +71,7 @@ func bootTEE(t *testing.T, hostile bool) *Machine {
 		}
 	}
 	for _, l := range strings.Split(m.Console(), "\n") {
-		if strings.HasPrefix(l, "tee: ") || strings.HasPrefix(l, "BANKED ") {
+		if strings.HasPrefix(l, "tee: ") || strings.HasPrefix(l, "BANKED ") || strings.HasPrefix(l, "GROUPS ") || strings.HasPrefix(l, "STORM ") {
 			t.Log(strings.TrimSpace(l))
 		}
 	}
@@ -220,6 +220,22 @@ func TestTEEHostileCalls(t *testing.T) {
 	// every register must come back as it was set.
 	if !strings.Contains(m.Console(), "BANKED canary_touched=0 changed=none") {
 		t.Errorf("Secure interrupts ran on the Normal World's stack or changed its banked registers:\n%s", m.Console())
+	}
+	// ... and not because the waits ran with IRQs masked: the Trusted OS
+	// unmasks them in every wait, after checking that SP_irq is its own.
+	if strings.Contains(m.Console(), "tee: the IRQ stack is not the Trusted OS's") {
+		t.Errorf("a wait found the Normal World's IRQ stack in place:\n%s", m.Console())
+	}
+	// Item 4: the Normal World can enable its own physical timer's PPI
+	// (Group 1) and cannot see ENET1's (Group 0).
+	if !strings.Contains(m.Console(), "GROUPS ppi30=1 enet1=0") {
+		t.Errorf("the Normal World's timer PPI is not Group 1, or ENET1's interrupt is not Group 0:\n%s", m.Console())
+	}
+	// ... and its timer held asserted does not stall the Secure World:
+	// the waits made meanwhile come back (bootTEE's READY would not come
+	// otherwise).
+	if !strings.Contains(m.Console(), "STORM waits=5") {
+		t.Errorf("waits with the Normal World's timer asserted did not come back:\n%s", m.Console())
 	}
 	transfers(t, m, 4<<20)
 	s := checkCounters(t, m, true)

@@ -82,9 +82,9 @@ func main() {
 		w.toSecure()
 		return handle(ctx, srv, w)
 	}
-	// IRQs are the Secure World's: the Trusted OS's Go code runs in
-	// System mode with them masked once the Normal World has made its
-	// first call (GoTEE's monitor vector masks them), and unmasks them
+	// IRQs are the Secure World's: the Trusted OS's Go code runs with
+	// them masked once the Normal World has made its first call (GoTEE's
+	// monitor vector masks them), and unmasks them
 	// only while it waits for the NIC (OpWait). They must be masked again
 	// before each world switch: GoTEE's Exec runs in monitor mode with the
 	// monitor's vector table installed, where an IRQ would be taken for an

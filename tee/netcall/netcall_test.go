@@ -196,8 +196,11 @@ func TestPartitionedTransfer(t *testing.T) {
 		if perMiB := float64((s1.TxCalls - s0.TxCalls)) / (n / mib); perMiB > 724/4 {
 			t.Errorf("v6=%v: %.0f transmit calls per MiB sent: not one per GSO packet", v6, perMiB)
 		}
-		if got := s2.RxFrames - s1.RxFrames; got == 0 || s2.RxCalls-s1.RxCalls >= got {
-			t.Errorf("v6=%v: %d frames in %d receive calls: not batched", v6, got, s2.RxCalls-s1.RxCalls)
+		// Batched: fewer calls that returned frames than frames. Empty
+		// calls (the 200 us poll ticks) are left out: how many there are
+		// depends on how long the transfer takes on a loaded machine.
+		if got, full := s2.RxFrames-s1.RxFrames, (s2.RxCalls-s2.RxEmpty)-(s1.RxCalls-s1.RxEmpty); got == 0 || full >= got {
+			t.Errorf("v6=%v: %d frames in %d receive calls that returned frames: not batched", v6, got, full)
 		}
 	}
 	chk.Check(t, 1518, true)

@@ -76,8 +76,10 @@ type ServerStats struct {
 	// the calls answered StatusFull.
 	TxFrames, TxGSOPackets, TxBytes, TxComplete, TxErrors, TxFull uint64
 	// RxFrames and RxBytes count frames handed to the Normal World;
-	// RxErrors receive errors (frames the NIC dropped, counted there).
-	RxFrames, RxBytes, RxErrors uint64
+	// RxErrors receive errors (frames the NIC dropped, counted there);
+	// RxEmpty the receive calls that found no frame (a poll tick with
+	// nothing waiting).
+	RxFrames, RxBytes, RxErrors, RxEmpty uint64
 	// Staging is the staging buffers held by the driver now.
 	Staging int
 }
@@ -414,6 +416,9 @@ func (s *Server) receive(off, n, max uint32) (uint32, Status, string) {
 		k++
 		s.stats.RxFrames++
 		s.stats.RxBytes += uint64(l)
+	}
+	if k == 0 {
+		s.stats.RxEmpty++
 	}
 	return k, StatusOK, ""
 }

@@ -72,7 +72,11 @@ const (
 )
 
 // CSL register fields: slot 0 is bits 7:0 with its lock at bit 8, slot 1
-// bits 23:16 with its lock at bit 24 (IMX6ULLRM 11.7.1.1 CSU_CSLn).
+// bits 23:16 with its lock at bit 24 (IMX6ULLRM 11.7.1.1 CSU_CSLn, where
+// bits 23:16 are the "first slave" and 7:0 the "second"; slot numbers
+// here are TamaGo's soc/nxp/csu ones, whose slot 1 is bits 23:16, as
+// OP-TEE's {16, 0x3300FF} for TZASC1 and {13, 0xFF0033} for ROMCP
+// confirm).
 const (
 	cslSlot1Shift = 16
 	cslLock0      = 1 << 8

@@ -8,8 +8,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
+
+	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/tee/banked"
 	"github.com/tamanic/tamanic/tee/netcall"
+	"github.com/tamanic/tamanic/tee/tzplan"
 )
 
 // canary is the memory the probe points its IRQ-mode SP into: a Secure
@@ -69,4 +73,50 @@ func probeBanked(dev *netcall.Device, waits int) (touched int, changed string) {
 		return touched, "none"
 	}
 	return touched, strings.Join(diff, ",")
+}
+
+// probeGroups is the hostile image's check of the GIC groups (issue 32
+// item 4), from the only view the Normal World has: a Non-secure access
+// to a Group 0 interrupt's enable bit reads as zero and ignores writes
+// (GICv2, ARM IHI 0048B 4.3.5, 4.3.6), one to a Group 1 interrupt's
+// works. It enables its own physical timer's PPI 30, reads the bit back
+// and disables it again, and reads ENET1's (IRQ 150, enabled by the
+// Secure World): "ppi30=1 enet1=0" means PPI 30 is the Normal World's and
+// ENET1 the Secure World's.
+func probeGroups() (ppi30, enet1 uint32) {
+	gicd := mmio.Block{Base: tzplan.GICBase + 0x1000}
+	const isenabler, icenabler = 0x100, 0x180
+	gicd.Write32(isenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	ppi30 = gicd.Read32(isenabler) >> tzplan.PPINonSecurePhysTimer & 1
+	gicd.Write32(icenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	const irq = 150
+	enet1 = gicd.Read32(isenabler+4*(irq/32)) >> (irq % 32) & 1
+	return ppi30, enet1
+}
+
+// probeStorm is the hostile image's check that the Normal World's timer
+// cannot stall the Secure World (issue 32 item 4): it enables its
+// physical timer's PPI 30 and its CPU interface's Group 1 signalling,
+// fires the timer and leaves it asserted (its own IRQs stay masked, so
+// only the Secure World could take it), and makes waits; with PPI 30 in
+// the Secure World's group, each wait's interrupt handling would take
+// PPI 30 again and again. It returns the waits that came back, then
+// stops the timer and puts the GIC back.
+func probeStorm(dev *netcall.Device, waits int) int {
+	gicd := mmio.Block{Base: tzplan.GICBase + 0x1000}
+	gicc := mmio.Block{Base: tzplan.GICBase + 0x2000}
+	const isenabler, icenabler = 0x100, 0x180
+	gicd.Write32(isenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	ctlr := gicc.Read32(0) // GICC_CTLR, Non-secure view: bit 0 enables Group 1
+	gicc.Write32(0, ctlr|1)
+	imx6ul.ARM.SetAlarm(1) // in the past: fires at once and stays asserted
+	n := 0
+	for range waits {
+		dev.Wait(2 * time.Millisecond)
+		n++
+	}
+	imx6ul.ARM.SetAlarm(0)
+	gicd.Write32(icenabler, 1<<tzplan.PPINonSecurePhysTimer)
+	gicc.Write32(0, ctlr)
+	return n
 }

@@ -14,7 +14,10 @@
 // that it probes the world switch (probeBanked): it aims its IRQ-mode
 // stack at a canary, sets every banked register, waits in the Secure
 // World, and prints "BANKED canary_touched=N changed=..." (0 and none, or
-// Secure interrupts ran on its stack or clobbered its registers).
+// Secure interrupts ran on its stack or clobbered its registers); it
+// checks the GIC groups from its side ("GROUPS ppi30=1 enet1=0") and
+// waits with its timer's PPI held asserted ("STORM waits=5", or the
+// Secure World is stalled and no READY follows).
 package main
 
 import (
@@ -140,6 +143,10 @@ func main() {
 	if Hostile != "" {
 		touched, changed := probeBanked(dev, 20)
 		fmt.Printf("BANKED canary_touched=%d changed=%s\n", touched, changed)
+		ppi30, enet1 := probeGroups()
+		fmt.Printf("GROUPS ppi30=%d enet1=%d\n", ppi30, enet1)
+		fmt.Println("STORM start")
+		fmt.Printf("STORM waits=%d\n", probeStorm(dev, 5))
 		ctl.hostile = &hostile{}
 		ctl.hostile.round(dev)
 		h := ctl.hostile.snapshot()
