@@ -776,3 +776,41 @@ func TestWatchdogSeesLinkLoss(t *testing.T) {
 	}
 	r.h.Take()
 }
+
+// Reset while Interrupt (a shared or spurious INTx line, an interrupt
+// already being served) and HWStats (a /stats reader) run: they stay off
+// the registers between CTRL.RST and the end of the reset, as the model's
+// reset rules demand (Linux masks and synchronises its interrupt before
+// its reset task resets).
+func TestResetWhileInterrupting(t *testing.T) {
+	// The reset's waits take real time too, so the other goroutine runs
+	// while the reset is in progress.
+	r := newRig(t, rigOptions{mode: e1000e.INTx, cfg: func(c *e1000e.Config) {
+		sim := c.Delay
+		c.Delay = func(d time.Duration) { sim(d); time.Sleep(d) }
+	}})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.nic.Interrupt()
+			r.nic.HWStats()
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		if err := r.nic.Reset(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+	if st := r.nic.Stats(); st.Resets != 6 || st.Interrupts == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -131,6 +131,12 @@ type NIC struct {
 	rctlFlags uint32
 
 	phyHangs atomic.Int32 // consecutive Watchdog checks that found the PHY hung
+	// hwMu keeps Interrupt, Poll and HWStats, which the interrupt loop
+	// and /stats call at any time, off the registers while Reset runs
+	// (held for writing): between CTRL.RST and EECD.AUTO_RD no MAC
+	// register may be read (Linux masks and synchronises its interrupt
+	// before its reset task resets).
+	hwMu sync.RWMutex
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -359,6 +365,8 @@ func (n *NIC) MaxFrame() int { return 1518 }
 // deasserts INTx), reclaims completed TX descriptors and signals RxReady.
 // It returns the causes read.
 func (n *NIC) Interrupt() uint32 {
+	n.hwMu.RLock()
+	defer n.hwMu.RUnlock()
 	icr := n.r.Read32(ICR)
 	n.count(func(s *Stats) { s.Interrupts++ })
 	n.service(icr)
@@ -368,6 +376,8 @@ func (n *NIC) Interrupt() uint32 {
 // Poll services the controller without interrupts (ICR is not read, so
 // interrupts stay pending for Interrupt).
 func (n *NIC) Poll() {
+	n.hwMu.RLock()
+	defer n.hwMu.RUnlock()
 	n.count(func(s *Stats) { s.Polls++ })
 	n.service(IntTXDW | IntRXT0 | IntLSC)
 }
@@ -419,6 +429,8 @@ func (n *NIC) clearHWStats() {
 // HWStats reads the statistics registers (clear on read) and returns the
 // totals since Init.
 func (n *NIC) HWStats() HWStats {
+	n.hwMu.RLock()
+	defer n.hwMu.RUnlock()
 	n.statsMu.Lock()
 	defer n.statsMu.Unlock()
 	h := &n.hw
@@ -457,9 +469,11 @@ func (n *NIC) Close() error {
 	if n.closed.Swap(true) {
 		return nil
 	}
+	n.hwMu.Lock() // not in the middle of a Reset
 	n.r.Write32(IMC, 0xFFFFFFFF)
 	n.r.Write32(RCTL, 0)
 	n.r.Write32(TCTL, tctlPSP)
+	n.hwMu.Unlock()
 	n.cbMu.Lock()
 	defer n.cbMu.Unlock()
 	n.txMu.Lock()

@@ -171,6 +171,11 @@ func (n *NIC) Reset() error {
 		return ErrClosed
 	}
 	n.HWStats()
+	n.hwMu.Lock()
+	defer n.hwMu.Unlock()
+	if n.closed.Load() {
+		return ErrClosed
+	}
 	n.cbMu.Lock()
 	defer n.cbMu.Unlock()
 	n.txMu.Lock()

@@ -238,3 +238,24 @@ func TestUDPFragmentsOverModel(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestLinkChecksPerMiB: the root complex looks at the PCIe link (PL
+// DEBUG1) once per LinkCheckInterval, not before every BAR access, which
+// used to cost one DBI read per register access the driver makes. A
+// 1 MiB TCP transfer with hardware TSO (the simulated clock stands
+// still, so it stays within one interval) reads no PL DEBUG1; the BAR
+// accesses it makes are what the check before every access read.
+func TestLinkChecksPerMiB(t *testing.T) {
+	const n = 1 << 20
+	a, b, _ := pair(t, true, e1000e.INTx)
+	tlp0, dbi0 := a.r.h.TLPs(), a.r.h.DBIReads()
+	checks0 := a.r.rc.Stats().LinkChecks
+	if err := stacktest.Transfer(t, a.Host, b.Host, false, 5000, n, stacktest.Xfer{}); err != nil {
+		t.Fatal(err)
+	}
+	bar, dbi, checks := a.r.h.TLPs()-tlp0, a.r.h.DBIReads()-dbi0, a.r.rc.Stats().LinkChecks-checks0
+	t.Logf("sender, per MiB: %d BAR accesses (each read PL DEBUG1 before), %d DBI reads, %d link checks", bar, dbi, checks)
+	if bar == 0 || checks != 0 || dbi != 0 {
+		t.Errorf("per MiB: %d BAR accesses, %d DBI reads, %d link checks; want no DBI read on the data path", bar, dbi, checks)
+	}
+}
