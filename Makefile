@@ -97,7 +97,7 @@ ifeq ($(TEE),1)
 	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,tamanic_tee -ldflags "$(FWLDFLAGS) $(if $(HOSTILE),-X main.Hostile=1)" \
 	  -o build/tamanic-mx6ullevk-tee-normal.elf ./firmware/mx6ullevk-tee/normal
 	cp build/tamanic-mx6ullevk-tee-normal.elf firmware/mx6ullevk-tee/assets/normal.elf
-	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000 $(if $(TEE_DEBUG),-X main.Debug=1)" \
+	$(FWENV) $(TAMAGOENV) $(TAMAGO) build -tags linkramsize,linkramstart,linkcpuinit,tamanic_tee -ldflags "-T 0x90010000 -R 0x1000 $(if $(TEE_DEBUG),-X main.Debug=1)" \
 	  -o build/tamanic-mx6ullevk-tee.elf ./firmware/mx6ullevk-tee
 	@dcd=$(DCD); if [ -f $$dcd ]; then \
 	  { cat $$dcd; echo "DATA 4 0x020e4024 0x00000001 # IOMUXC_GPR_GPR9 TZASC1_BYP: TZASC on before DDR init"; } > build/tamanic-mx6ullevk-tee.dcd; \

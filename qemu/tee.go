@@ -56,7 +56,7 @@ func BuildTEE(ctx context.Context, root, dir string, hostile bool) (string, erro
 		return "", err
 	}
 	elf := filepath.Join(dir, name+".elf")
-	if err := build("linkramsize,linkramstart,tamanic_tee", "-T 0x90010000 -R 0x1000", elf, "./firmware/mx6ullevk-tee", "-overlay", overlay); err != nil {
+	if err := build("linkramsize,linkramstart,linkcpuinit,tamanic_tee", "-T 0x90010000 -R 0x1000", elf, "./firmware/mx6ullevk-tee", "-overlay", overlay); err != nil {
 		return "", err
 	}
 	return elf, nil
