@@ -138,7 +138,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	src, err := s.listenTCP(SourcePort)
+	src, err := s.listenTCPBuf(SourcePort, sourceReceiveBuffer)
 	if err != nil {
 		return err
 	}

@@ -66,11 +66,11 @@ var DefaultLimits = Limits{
 	// 1.5 MB/s of full-size datagrams.
 	EchoRate:  1000,
 	EchoBurst: 100,
-	// 64 streams (the reference client allows -P 128) and 16 connections
+	// 32 streams (the reference client allows -P 128) and 8 connections
 	// waiting for their cookie keep iperf3's share of the memory budget
-	// (budget.go) at 36 MiB; 2 waiters are the next client and a spare.
-	IperfMaxStreams: 64,
-	IperfMaxPending: 16,
+	// (budget.go) at 35 MiB; 2 waiters are the next client and a spare.
+	IperfMaxStreams: 32,
+	IperfMaxPending: 8,
 	IperfMaxWaiters: 2,
 }
 
