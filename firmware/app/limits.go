@@ -47,9 +47,9 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
-// connections per service leave room for the soak's load (make soak) and
-// bound the stack's buffers: each TCP connection may grow to 4 MiB of
-// receive buffer.
+// connections per service leave room for the soak's load (make soak: 32
+// each way, from one address) and, with every other place, fit the
+// memory budget (budget.go: TestDefaultLimitsFitTheBudget).
 var DefaultLimits = Limits{
 	MaxConns:          64,
 	IdleTimeout:       60 * time.Second,
