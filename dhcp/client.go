@@ -159,6 +159,13 @@ type Config struct {
 	Rand *rand.Rand
 	// Log, if set, receives one line per state change.
 	Log func(format string, args ...any)
+	// DefaultRoute, if set, is asked before a lease's router becomes the
+	// NIC's default route; false: the lease is installed without one.
+	// With a client on each NIC of a stack, it lets the first lease that
+	// brings a router keep the default route (gVisor takes the first of
+	// several default routes, and a renewal re-adds its route last). It
+	// is called with the client's lock held and must not call the client.
+	DefaultRoute func(nic tcpip.NICID, gw netip.Addr) bool
 }
 
 // Client is a DHCPv4 client on one NIC of a gVisor stack. It owns the
@@ -221,6 +228,13 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("dhcp: UDP endpoint: %v", terr)
 	}
 	ep.SocketOptions().SetBroadcast(true)
+	// Bound to the NIC's device, so that a client on each NIC of one
+	// stack can have port 68 (a NIC in the bind address alone does not
+	// reserve the port per device).
+	if terr := ep.SocketOptions().SetBindToDevice(int32(cfg.NIC)); terr != nil {
+		ep.Close()
+		return nil, fmt.Errorf("dhcp: bind to NIC %d: %v", cfg.NIC, terr)
+	}
 	if terr := ep.Bind(tcpip.FullAddress{NIC: cfg.NIC, Port: ClientPort}); terr != nil {
 		ep.Close()
 		return nil, fmt.Errorf("dhcp: bind port %d: %v", ClientPort, terr)
@@ -732,7 +746,7 @@ func (c *Client) install(l Lease, counter func(*Stats)) error {
 		return fmt.Errorf("dhcp: subnet %v: %v", m, err)
 	}
 	s.AddRoute(tcpip.Route{Destination: sub, NIC: nic})
-	if l.Gateway.IsValid() {
+	if l.Gateway.IsValid() && (c.cfg.DefaultRoute == nil || c.cfg.DefaultRoute(nic, l.Gateway)) {
 		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(l.Gateway.As4()), NIC: nic})
 	}
 	c.lease, c.have = l, true

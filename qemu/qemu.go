@@ -184,7 +184,8 @@ type FlatImage struct {
 }
 
 // E1000ENet is the e1000e's user network and E1000EGuest the firmware's
-// address on it (firmware/mcimx7d's default E1000EIP).
+// address on it: slirp's DHCP server leases it (dhcpstart), as the
+// firmware takes the e1000e's address by DHCP unless built with E1000EIP.
 const (
 	E1000ENet   = "10.0.2.0/24"
 	E1000EHost  = "10.0.2.2"
@@ -340,7 +341,7 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	}
 	if o.E1000E {
 		m.E1000E = &Ports{SinkPort: ps[5], SourcePort: ps[6], HTTPPort: ps[7], EchoPort: ps[8]}
-		m.Args = append(m.Args, "-netdev", "user,id=e1k,net="+E1000ENet+",host="+E1000EHost+","+m.E1000E.hostfwd(E1000EGuest),
+		m.Args = append(m.Args, "-netdev", "user,id=e1k,net="+E1000ENet+",host="+E1000EHost+",dhcpstart="+E1000EGuest+","+m.E1000E.hostfwd(E1000EGuest),
 			"-device", "e1000e,bus=dw-pcie,netdev=e1k")
 	}
 	m.Args = append(m.Args, o.Args...)

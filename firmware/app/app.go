@@ -17,7 +17,10 @@
 //   - TCP and UDP 5201: an iperf3 server.
 //
 // Sink, source and HTTP are bounded (Limits, limits.go): connections per
-// service, an idle timeout, and net/http's request timeouts and header size.
+// service, shared between peers (places.go), an idle timeout, the
+// source's request line, and net/http's request timeouts and header size;
+// with the TCP buffers and iperf3's bounds they fit a stated memory budget
+// (budget.go).
 package app
 
 import (
@@ -138,7 +141,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	src, err := s.listenTCP(SourcePort)
+	src, err := s.listenTCPBuf(SourcePort, sourceReceiveBuffer)
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,25 @@ package app
 // JSON), connections and waiters per service, and each connection's
 // buffers by the stack's options (newBareStack).
 const (
-	// TCPBufferSize is every TCP connection's send and receive buffer
-	// (the stack's default and maximum: no auto-tuning past it). 128 KiB
-	// is a window that fills a 1 Gbit/s link at 1 ms of round trip (a
-	// LAN) and a 100 Mbit/s ENET at 10 ms; gVisor's defaults (1 MiB,
-	// auto-tuned to 4 MiB here before) would let 227 places pin 1.8 GiB.
-	TCPBufferSize = 128 << 10
+	// TCPSendBufferSize is every TCP connection's send buffer (the
+	// stack's default and maximum: no auto-tuning past it). 128 KiB is a
+	// window that fills a 1 Gbit/s link at 1 ms of round trip (a LAN) and
+	// a 100 Mbit/s ENET at 10 ms. gVisor's defaults (1 MiB, auto-tuned to
+	// 4 MiB here before) let 64 never-reading source clients pin 250 MiB.
+	TCPSendBufferSize = 128 << 10
+	// TCPReceiveBufferSize is every TCP connection's receive buffer but
+	// the source's. It stays at 512 KiB: with 128 KiB the firmware's
+	// stack took 2 to 23 retransmission timeouts, not one, to recover from
+	// a lost burst (TestTailLossRecoversAtOnce; 512 KiB: one or two, as
+	// the 1 MiB before). Why gVisor recovers worse with smaller windows
+	// is not analysed here.
+	TCPReceiveBufferSize = 512 << 10
+	// sourceReceiveBuffer is the source's receive buffer (set on its
+	// listener, which accepted connections inherit): it reads a line,
+	// and then nothing until it has sent what was asked, so a peer can
+	// make it hold no more than this unread; gVisor grows a receive
+	// buffer only by what the application copied out.
+	sourceReceiveBuffer = 16 << 10
 	// connOverhead is what a connection holds beside its buffers: its
 	// goroutine's stack, the endpoint and gonet structures, and the
 	// per-segment overhead gVisor charges beyond the payload bytes
@@ -24,10 +37,10 @@ const (
 	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern and
 	// an iperf3 test's payload block (1 MiB at most, -l).
 	fixedBuffers = 3*64<<10 + 1<<20
-	// MemoryBudget is the budget the default limits must fit in: 96 MiB,
-	// a fifth of the EVK's 480 MiB heap, leaving the rest to the drivers'
-	// rings and the stack's own state.
-	MemoryBudget = 96 << 20
+	// MemoryBudget is the budget the default limits must fit in: 128
+	// MiB, a quarter of the EVK's 480 MiB heap, leaving the rest to the
+	// drivers' rings and the stack's own state.
+	MemoryBudget = 128 << 20
 )
 
 // Places returns how many TCP connections the services may hold at once
@@ -49,9 +62,10 @@ func (l Limits) iperfPlaces() int {
 // 64 KiB, HTTP's headers and bufio, an iperf3 stream's 128 KiB).
 func (l Limits) Budget() int64 {
 	l = l.withDefaults()
-	conn := int64(2*TCPBufferSize + connOverhead)
+	conn := int64(TCPSendBufferSize + TCPReceiveBufferSize + connOverhead)
+	source := int64(TCPSendBufferSize + sourceReceiveBuffer + connOverhead)
 	return int64(l.MaxConns)*(conn+64<<10) + // sink
-		int64(l.MaxConns)*conn + // source
+		int64(l.MaxConns)*source + // source
 		int64(l.HTTPMaxConns)*(conn+int64(l.MaxHeaderBytes)+8<<10) + // HTTP
 		int64(l.iperfPlaces())*(conn+128<<10) + // iperf3
 		fixedBuffers

@@ -63,14 +63,18 @@ func TestTCPBuffersBounded(t *testing.T) {
 	if err := r.srv.Stack.TransportProtocolOption(tcp.ProtocolNumber, &rb); err != nil {
 		t.Fatal(err)
 	}
-	if sb.Max != TCPBufferSize || rb.Max != TCPBufferSize {
-		t.Fatalf("stack TCP buffers: send %+v receive %+v, want a maximum of %d", sb, rb, TCPBufferSize)
+	if sb.Max != TCPSendBufferSize || rb.Max != TCPReceiveBufferSize {
+		t.Fatalf("stack TCP buffers: send %+v receive %+v, want maxima of %d and %d", sb, rb, TCPSendBufferSize, TCPReceiveBufferSize)
 	}
+	// The clients' stack is in this process too: a 16 KiB receive buffer
+	// keeps what it holds out of the figure.
+	crb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 16 << 10, Max: 16 << 10}
+	r.client.SetTransportProtocolOption(tcp.ProtocolNumber, &crb)
 	const n = 8
 	before := liveHeap()
-	// Both ends are in this process: the server's send buffer and the
-	// client's receive buffer fill.
-	limit := before + n*2*(2*TCPBufferSize+connOverhead)
+	// Each connection: the server's send buffer, the client's receive
+	// buffer and both ends' overhead.
+	limit := before + n*(TCPSendBufferSize+16<<10+2*connOverhead)
 	for range n {
 		c := r.dial(t, SourcePort)
 		fmt.Fprintf(c, "%d\n", int64(1)<<40)

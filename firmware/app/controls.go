@@ -108,7 +108,7 @@ func NewStack(ep stack.LinkEndpoint, mac [6]byte, addr netip.Prefix, gw netip.Ad
 	if err != nil {
 		return nil, err
 	}
-	return s, setStatic(s, addr, gw)
+	return s, setStatic(s, 1, addr, gw)
 }
 
 func net4Mask(bits int) []byte {

@@ -47,9 +47,9 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
-// connections per service leave room for the soak's load (make soak) and
-// bound the stack's buffers: each TCP connection may grow to 4 MiB of
-// receive buffer.
+// connections per service leave room for the soak's load (make soak: 32
+// each way, from one address) and, with every other place, fit the
+// memory budget (budget.go: TestDefaultLimitsFitTheBudget).
 var DefaultLimits = Limits{
 	MaxConns:          64,
 	IdleTimeout:       60 * time.Second,
@@ -66,11 +66,11 @@ var DefaultLimits = Limits{
 	// 1.5 MB/s of full-size datagrams.
 	EchoRate:  1000,
 	EchoBurst: 100,
-	// 64 streams (the reference client allows -P 128) and 16 connections
+	// 32 streams (the reference client allows -P 128) and 8 connections
 	// waiting for their cookie keep iperf3's share of the memory budget
-	// (budget.go) at 36 MiB; 2 waiters are the next client and a spare.
-	IperfMaxStreams: 64,
-	IperfMaxPending: 16,
+	// (budget.go) at 35 MiB; 2 waiters are the next client and a spare.
+	IperfMaxStreams: 32,
+	IperfMaxPending: 8,
 	IperfMaxWaiters: 2,
 }
 

@@ -40,9 +40,19 @@ func (s *Server) endpoint(proto tcpip.TransportProtocolNumber, port uint16) (tcp
 
 // listenTCP listens on TCP port of the server's NIC (see endpoint).
 func (s *Server) listenTCP(port uint16) (*gonet.TCPListener, error) {
+	return s.listenTCPBuf(port, 0)
+}
+
+// listenTCPBuf is listenTCP with the receive buffer of every accepted
+// connection set to rcvBuf (0: the stack's default): gVisor gives an
+// accepted connection its listener's receive buffer.
+func (s *Server) listenTCPBuf(port uint16, rcvBuf int) (*gonet.TCPListener, error) {
 	ep, wq, err := s.endpoint(tcp.ProtocolNumber, port)
 	if err != nil {
 		return nil, fmt.Errorf("app: listen TCP %d: %w", port, err)
+	}
+	if rcvBuf > 0 {
+		ep.SocketOptions().SetReceiveBufferSize(int64(rcvBuf), true)
 	}
 	if terr := ep.Listen(Backlog); terr != nil {
 		ep.Close()

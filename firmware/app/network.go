@@ -96,17 +96,24 @@ func ParseNetConfig(ip, gateway, useDHCP string) (NetConfig, error) {
 // BuildNetConfig is ParseNetConfig of the build-time settings.
 func BuildNetConfig() (NetConfig, error) { return ParseNetConfig(BuildIP, BuildGateway, BuildDHCP) }
 
-// Network is the firmware's IPv4 configuration at run time.
+// Network is the IPv4 configuration of one interface (NIC) at run time;
+// StartNetwork's is NIC 1's, and AddInterface adds the others'
+// (interfaces.go).
 type Network struct {
 	Stack *stack.Stack
+	// NIC is the interface's NIC in Stack.
+	NIC tcpip.NICID
 	// DHCP is the client, nil when the address is static from the start.
 	DHCP *dhcp.Client
+
+	routes *routeOwner // shared by every interface of Stack
 
 	mu       sync.Mutex
 	mode     string // "dhcp", "static", "static-fallback"
 	static   netip.Prefix
 	gateway  netip.Addr
 	stopDHCP context.CancelFunc
+	others   []*Network // interfaces added by AddInterface
 }
 
 // NetStatus is the "ipv4" member of /stats.
@@ -114,16 +121,32 @@ type NetStatus struct {
 	// Mode is "dhcp", "static" or "static-fallback" (DHCP found no lease
 	// and the built-in address was taken).
 	Mode    string       `json:"mode"`
+	NIC     int          `json:"nic"`
 	Address string       `json:"address,omitempty"`
 	Gateway string       `json:"gateway,omitempty"`
 	DHCP    *dhcp.Status `json:"dhcp,omitempty"`
+	// Interfaces are the other interfaces' (AddInterface), each with its
+	// own lease.
+	Interfaces []NetStatus `json:"interfaces,omitempty"`
 }
 
 // Status reports the address in use and, under DHCP, the lease.
 func (n *Network) Status() NetStatus {
 	n.mu.Lock()
+	others := append([]*Network(nil), n.others...)
+	n.mu.Unlock()
+	st := n.status()
+	for _, o := range others {
+		st.Interfaces = append(st.Interfaces, o.status())
+	}
+	return st
+}
+
+// status is n's own status, without the other interfaces'.
+func (n *Network) status() NetStatus {
+	n.mu.Lock()
 	defer n.mu.Unlock()
-	st := NetStatus{Mode: n.mode}
+	st := NetStatus{Mode: n.mode, NIC: int(n.NIC)}
 	if n.DHCP != nil {
 		d := n.DHCP.Status()
 		st.DHCP = &d
@@ -162,25 +185,18 @@ func StartNetwork(ep stack.LinkEndpoint, mac [6]byte, cfg NetConfig, console io.
 	if err != nil {
 		return nil, err
 	}
-	n := &Network{Stack: s, static: cfg.Static, gateway: cfg.Gateway, mode: "static"}
+	n := &Network{Stack: s, NIC: 1, routes: &routeOwner{}, static: cfg.Static, gateway: cfg.Gateway, mode: "static"}
 	if !cfg.DHCP {
 		if !cfg.Static.IsValid() {
 			return nil, errors.New("app: no static address and DHCP off")
 		}
-		return n, setStatic(s, cfg.Static, cfg.Gateway)
+		return n, n.setStatic()
 	}
-	c, err := dhcp.New(dhcp.Config{Stack: s, NIC: 1, Hostname: cfg.Hostname,
-		Log: func(f string, a ...any) { fmt.Fprintf(console, f+"\n", a...) }})
+	c, stopped, err := n.startDHCP(cfg, console)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		c.Run(ctx)
-		close(stopped)
-	}()
-	n.DHCP, n.stopDHCP, n.mode = c, cancel, "dhcp"
+	cancel := n.stopDHCP
 	wait := cfg.DHCPWait
 	if wait <= 0 {
 		wait = DefaultDHCPWait
@@ -200,7 +216,7 @@ func StartNetwork(ep stack.LinkEndpoint, mac [6]byte, cfg NetConfig, console io.
 			n.mu.Lock()
 			n.mode = "static-fallback"
 			n.mu.Unlock()
-			return n, setStatic(s, cfg.Static, cfg.Gateway)
+			return n, n.setStatic()
 		}
 		fmt.Fprintf(console, "DHCP: no lease after %v (%d DISCOVERs, %d offers), still trying\n", waited, st.Discovers, st.Offers)
 	}
@@ -235,8 +251,8 @@ func newBareStack(ep stack.LinkEndpoint, mac [6]byte, nanotime func() int64) (*s
 	// Every connection's buffers from the memory budget (budget.go), not
 	// gVisor's defaults (1 MiB, growing to 4 MiB: 64 never-reading source
 	// clients pinned 250 MiB).
-	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: TCPBufferSize, Max: TCPBufferSize}
-	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: TCPBufferSize, Max: TCPBufferSize}
+	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: TCPSendBufferSize, Max: TCPSendBufferSize}
+	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: TCPReceiveBufferSize, Max: TCPReceiveBufferSize}
 	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb); err != nil {
 		return nil, fmt.Errorf("app: TCP send buffer: %v", err)
 	}
@@ -270,11 +286,11 @@ func newBareStack(ep stack.LinkEndpoint, mac [6]byte, nanotime func() int64) (*s
 	return s, nil
 }
 
-// setStatic puts addr on NIC 1 with an on-link route to its subnet and,
-// if gw is valid, a default route via gw.
-func setStatic(s *stack.Stack, addr netip.Prefix, gw netip.Addr) error {
+// setStatic puts addr on nic with an on-link route to its subnet and, if
+// gw is valid, a default route via gw.
+func setStatic(s *stack.Stack, nic tcpip.NICID, addr netip.Prefix, gw netip.Addr) error {
 	a4 := tcpip.AddrFrom4(addr.Addr().As4())
-	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
+	if err := s.AddProtocolAddress(nic, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
 		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
 		return fmt.Errorf("app: IPv4 address %v: %v", addr, err)
 	}
@@ -282,9 +298,9 @@ func setStatic(s *stack.Stack, addr netip.Prefix, gw netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("app: subnet: %v", err)
 	}
-	s.AddRoute(tcpip.Route{Destination: sub, NIC: 1})
+	s.AddRoute(tcpip.Route{Destination: sub, NIC: nic})
 	if gw.IsValid() {
-		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(gw.As4()), NIC: 1})
+		s.AddRoute(tcpip.Route{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(gw.As4()), NIC: nic})
 	}
 	return nil
 }

@@ -9,9 +9,12 @@
 // "READY ip=... mac=... mode=..." on the console when serving.
 //
 // When an Intel 82574L (QEMU's e1000e) is on the PCIe bus, it becomes a
-// second interface of the same gVisor stack (NIC 2) with its own address
-// and its own instance of the services, and /stats of both interfaces
-// reports it under nic.e1000e ("E1000E ip=... mac=..." on the console).
+// second interface of the same gVisor stack (NIC 2) with its own address,
+// taken by DHCP like ENET1's (its own client, app.Network.AddInterface),
+// and its own instance of the services; /stats of both interfaces reports
+// it under nic.e1000e and its lease under ipv4 (ENET1's: under
+// ipv4.interfaces), and the console says "E1000E ip=... mac=..." once it
+// has its address (at most app.DefaultDHCPWait after it is found).
 //
 // When a ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the
 // bus, or QEMU's ivshmem-plain (1af4:1110) whose BAR2 is a ConnectX BAR0
@@ -21,15 +24,15 @@
 //
 // ENET1's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware IP=10.0.0.1/24 GATEWAY=10.0.0.2. The
-// others are set at build time:
+// 82574L's likewise, with its own variables (E1000EIP, E1000EGateway,
+// E1000EDHCP, read as app.ParseNetConfig reads ENET1's); the ConnectX's is
+// static (firmware/internal/cxnic binds its services to it):
 //
 //	-ldflags "-X main.E1000EIP=10.0.2.1/24 -X main.CXIP=10.0.3.1/24"
 package main
 
 import (
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"time"
 
@@ -43,7 +46,6 @@ import (
 	"github.com/tamanic/tamanic/pcie"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
@@ -52,9 +54,15 @@ import (
 var (
 	// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
 	Mode = "tso"
-	// E1000EIP is the 82574L's address and prefix: QEMU's default user
-	// network is 10.0.2.0/24 with the host at 10.0.2.2.
-	E1000EIP = "10.0.2.1/24"
+	// E1000EIP is the 82574L's static address and prefix (QEMU's default
+	// user network is 10.0.2.0/24 with the host at 10.0.2.2); empty, the
+	// default: DHCP. E1000EGateway is its static gateway (the default
+	// route stays with the interface that first has one: ENET1's, as a
+	// rule). E1000EDHCP is "on", "off" or empty, as app.BuildDHCP: "on"
+	// with E1000EIP falls back to E1000EIP without a lease.
+	E1000EIP      = ""
+	E1000EGateway = ""
+	E1000EDHCP    = ""
 	// E1000EIRQ selects the 82574L's interrupt: "intx" (INTA) or "msi"
 	// (through the DesignWare MSI receiver).
 	E1000EIRQ = "intx"
@@ -89,12 +97,15 @@ func (c *e1000eControls) Stats() any {
 	return s
 }
 
-// addE1000E brings up the 82574L d as NIC 2 of s and serves on it.
-func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1000eControls, error) {
-	addr, err := netip.ParsePrefix(E1000EIP)
+// addE1000E brings up the 82574L d as NIC 2 of n's stack, takes its
+// address (DHCP or static, E1000EIP) and serves on it.
+func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1000eControls, error) {
+	cfg, err := app.ParseNetConfig(E1000EIP, E1000EGateway, E1000EDHCP)
 	if err != nil {
-		return nil, fmt.Errorf("E1000EIP %q: %v", E1000EIP, err)
+		return nil, fmt.Errorf("e1000e: %v", err)
 	}
+	cfg.Hostname = "tamanic"
+	s := n.Stack
 	var ep *netstack.Endpoint
 	nic, irqs, err := mcimx7d.E1000E(rc, d, E1000EIRQ == "msi", e1000e.Config{})
 	if err != nil {
@@ -109,31 +120,39 @@ func addE1000E(s *stack.Stack, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	if err := s.CreateNIC(2, ep); err != nil {
 		return nil, fmt.Errorf("e1000e: CreateNIC: %v", err)
 	}
-	a4 := tcpip.AddrFrom4(addr.Addr().As4())
-	if err := s.AddProtocolAddress(2, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
-		return nil, fmt.Errorf("e1000e: address: %v", err)
-	}
 	m := nic.MAC()
 	if err := s.AddProtocolAddress(2, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
 		AddressWithPrefix: header.LinkLocalAddr(tcpip.LinkAddress(m[:])).WithPrefix()}, stack.AddressProperties{}); err != nil {
 		return nil, fmt.Errorf("e1000e: IPv6 link-local: %v", err)
 	}
-	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(addr.Masked().Addr().As4()),
-		tcpip.MaskFromBytes(net.CIDRMask(addr.Bits(), 32)))
+	// The address and its subnet route (gVisor keeps routes ordered by
+	// prefix length: the subnet's comes before ENET1's default route).
+	e, err := n.AddInterface(2, cfg, os.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("e1000e: subnet: %v", err)
+		return nil, fmt.Errorf("e1000e: %w", err)
 	}
-	// The e1000e's subnet first; the default route stays on ENET1.
-	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: 2}}, s.GetRouteTable()...))
 	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs}
-	srv := &app.Server{Stack: s, NIC: 2, Addr: a4, Ctl: c, Boot: boot}
+	// The services listen on any address of NIC 2, so they follow the
+	// lease.
+	srv := &app.Server{Stack: s, NIC: 2, Ctl: c, Boot: boot, Net: e}
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
+	if e.DHCP != nil {
+		// READY waits for the lease a while, as it does for ENET1's, so
+		// that the address is on the console before it.
+		select {
+		case <-e.DHCP.Bound():
+		case <-time.After(app.DefaultDHCPWait):
+		}
+	}
+	ip := "none"
+	if a := e.Addr(); a.IsValid() {
+		ip = a.String()
+	}
 	l := nic.Link()
 	fmt.Printf("E1000E ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v speed=%d irq=%s\n",
-		addr, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
+		ip, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
 	return c, nil
 }
 
@@ -153,8 +172,8 @@ func main() {
 		},
 		ENET:     mcimx7d.ENET1,
 		Nanotime: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds, Interrupts: mcimx7d.Interrupts,
-		Attach: func(s *stack.Stack, boot time.Time) error {
-			e1, cx = attach(s, rc, boot)
+		AttachNet: func(n *app.Network, boot time.Time) error {
+			e1, cx = attach(n, rc, boot)
 			return nil
 		},
 		Stats: func() map[string]any {
@@ -173,20 +192,20 @@ func main() {
 // attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the
 // bus to s, each with its own services. Their errors are reported on the
 // console, not fatal: ENET1 still serves.
-func attach(s *stack.Stack, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxnic.Controls) {
+func attach(n *app.Network, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxnic.Controls) {
 	if rc == nil {
 		fmt.Println("CONNECTX none: no PCIe root complex")
 		return nil, nil
 	}
 	var e1 *e1000eControls
 	if d := e1000e.Find(rc.Devices()); d != nil {
-		c, err := addE1000E(s, rc, d, boot)
+		c, err := addE1000E(n, rc, d, boot)
 		if err != nil {
 			fmt.Printf("E1000E error=%q\n", err.Error())
 		}
 		e1 = c
 	}
-	cx, err := addConnectX(s, rc, boot)
+	cx, err := addConnectX(n.Stack, rc, boot)
 	switch {
 	case err != nil:
 		fmt.Printf("CONNECTX error=%q\n", err.Error())

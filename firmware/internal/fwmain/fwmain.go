@@ -44,6 +44,12 @@ type Board struct {
 	// Run started. An error halts the board: a board that can serve
 	// without an extra interface reports its error itself and returns nil.
 	Attach func(s *stack.Stack, boot time.Time) error
+	// AttachNet, when set, runs after Attach, with the ENET's network
+	// (NIC 1's IPv4 configuration): an interface it adds takes its
+	// address the same way, by DHCP or statically, with
+	// Network.AddInterface, and /stats of NIC 1 reports it under
+	// ipv4.interfaces. Its error halts the board, as Attach's does.
+	AttachNet func(n *app.Network, boot time.Time) error
 	// Stats, when set, returns members added to the ENET's /stats
 	// document under nic (sabrelite: "board"; mcimx7d: "pcie", "e1000e",
 	// "connectx").
@@ -117,6 +123,11 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	}
 	if b.Attach != nil {
 		if err := b.Attach(network.Stack, boot); err != nil {
+			return nil, err
+		}
+	}
+	if b.AttachNet != nil {
+		if err := b.AttachNet(network, boot); err != nil {
 			return nil, err
 		}
 	}

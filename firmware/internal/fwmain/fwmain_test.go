@@ -18,9 +18,9 @@ import (
 func static() (app.NetConfig, error) { return app.ParseNetConfig("10.0.0.1/24", "10.0.0.2", "") }
 
 // TestHooks runs the shared sequence on a NIC over the ENET model: the
-// hooks run in order (Init, ENET, Line, Attach, then READY), Attach gets
-// the stack already serving the ENET as NIC 1, and /stats has the NIC's
-// members and the board's.
+// hooks run in order (Init, ENET, Line, Attach, AttachNet, then READY),
+// Attach gets the stack already serving the ENET as NIC 1, AttachNet its
+// network, and /stats has the NIC's members and the board's.
 func TestHooks(t *testing.T) {
 	var order []string
 	var console bytes.Buffer
@@ -45,14 +45,24 @@ func TestHooks(t *testing.T) {
 			}
 			return nil
 		},
+		AttachNet: func(n *app.Network, boot time.Time) error {
+			order = append(order, "attachnet")
+			if n == nil || n.NIC != 1 || !n.Stack.HasNIC(1) || n.Addr() != netip.MustParsePrefix("10.0.0.1/24") {
+				t.Errorf("AttachNet: network %+v, want NIC 1's, configured", n)
+			}
+			if strings.Contains(console.String(), "READY") {
+				t.Error("AttachNet ran after READY")
+			}
+			return nil
+		},
 		Stats: func() map[string]any { return map[string]any{"pcie": map[string]int{"devices": 2}} },
 	}
 	r, err := start(b, Settings{Mode: "sg"}, time.Now(), static, &console)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(order, ","); got != "init,enet,line,attach" {
-		t.Errorf("hooks ran %s, want init,enet,line,attach", got)
+	if got := strings.Join(order, ","); got != "init,enet,line,attach,attachnet" {
+		t.Errorf("hooks ran %s, want init,enet,line,attach,attachnet", got)
 	}
 	out := console.String()
 	if !strings.Contains(out, "BOARD test=1\n") || !strings.Contains(out, "READY ip=10.0.0.1/24 mac=02:00:00:00:00:01 mode=sg") {
@@ -87,9 +97,10 @@ func TestHookErrors(t *testing.T) {
 		return fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.OnTxDone = cfg.OnTxDone }}).NIC, nil
 	}
 	for name, b := range map[string]Board{
-		"init":   {Init: func() error { return boom }, ENET: enet},
-		"enet":   {ENET: func(fec.Config) (*fec.NIC, error) { return nil, boom }},
-		"attach": {ENET: enet, Attach: func(*stack.Stack, time.Time) error { return boom }},
+		"init":      {Init: func() error { return boom }, ENET: enet},
+		"enet":      {ENET: func(fec.Config) (*fec.NIC, error) { return nil, boom }},
+		"attach":    {ENET: enet, Attach: func(*stack.Stack, time.Time) error { return boom }},
+		"attachnet": {ENET: enet, AttachNet: func(*app.Network, time.Time) error { return boom }},
 	} {
 		b.Nanotime = func() int64 { return time.Now().UnixNano() }
 		b.Idle = func() int64 { return 0 }
