@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu firmware qemu cosim soak campaign clean cost-gvisor
+.PHONY: test baseline-test fmt vet unit race cover cross fuzz bench bench-host bench-qemu bench-cache firmware qemu cosim soak campaign clean cost-gvisor
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -142,7 +142,21 @@ BENCHCOUNT ?= 6
 # make bench BOARD=x runs one.
 ALLBOARDS   := mx6ullevk mcimx7d sabrelite usbarmory
 BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),$(ALLBOARDS))
-bench: bench-host bench-qemu
+bench: bench-host bench-qemu bench-cache
+
+## bench-cache: the silicon cost estimate with caches (issue 30): tamanic-cost -cache on the boards with a
+## cache model (i.MX6ULL and i.MX6Q), every TX mode and the receive path, tabulated with the sensitivity
+## tables into build/bench/cache.md and appended to the report (about 1 min a board)
+CACHEBOARDS = $(filter mx6ullevk sabrelite,$(BENCHBOARDS))
+CACHECFG   ?= tx:bounce:512,tx:sg:512,tx:tso:512,rx:bounce:512,rx:sg:512,rx:tso:512
+bench-cache:
+	@mkdir -p build/bench
+	@for b in $(CACHEBOARDS); do \
+	  $(GO) run ./qemu/cmd/tamanic-cost -board $$b -cache -warm -size 8388608 -cfg $(CACHECFG) -json build/bench/cache-$$b.json > build/bench/cache-$$b.txt || exit 1; \
+	done
+	@if [ -n "$(CACHEBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-bench -cache-report build/bench/cache.md \
+	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD -cache -warm -size 8388608 -cfg $(CACHECFG) -json FILE" \
+	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json); fi
 
 bench-qemu:
 	@for b in $(BENCHBOARDS); do \
