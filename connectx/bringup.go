@@ -85,7 +85,7 @@ func Open(cfg Config) (*NIC, error) {
 	}
 	n := &NIC{cfg: cfg, bar: regs{cfg.BAR0}, mem: cfg.Mem, pages: map[dma.Addr]dma.Buffer{},
 		rxRdy: make(chan struct{}, 1)}
-	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.CmdTimeout, sleep: cfg.Sleep}
+	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.CmdTimeout, sleep: cfg.Sleep, now: cfg.Now}
 	if err := n.bringUp(); err != nil {
 		if terr := n.teardown(); terr != nil {
 			err = fmt.Errorf("%w (teardown: %v)", err, terr)
@@ -146,12 +146,12 @@ func (n *NIC) stopBusMaster() {
 	}
 }
 
-// waitReady polls the initializing bit.
-func (n *NIC) waitReady(stage string) error {
-	deadline := time.Now().Add(n.cfg.FirmwareTimeout)
+// waitReady polls the initializing bit for up to timeout.
+func (n *NIC) waitReady(stage string, timeout time.Duration) error {
+	deadline := n.cfg.Now().Add(timeout)
 	for n.bar.read(InitInitializing)&InitBusy != 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("connectx: firmware still initializing %s after %v: %w", stage, n.cfg.FirmwareTimeout, ErrTimeout)
+		if n.cfg.Now().After(deadline) {
+			return fmt.Errorf("connectx: firmware still initializing %s after %v: %w", stage, timeout, ErrTimeout)
 		}
 		n.cfg.Sleep()
 	}
@@ -163,7 +163,7 @@ func (n *NIC) bringUp() error {
 	cmdReg := cs.Read32(pciCommand)
 	cs.Write32(pciCommand, cmdReg|pciCmdMemory|pciCmdMaster)
 	n.busMaster = true
-	if err := n.waitReady("at start"); err != nil {
+	if err := n.waitReady("at start", n.cfg.FirmwareTimeout); err != nil {
 		return err
 	}
 	if rev := n.bar.read(InitCmdIfRev) >> 16; rev != CmdIfRev {
@@ -180,7 +180,7 @@ func (n *NIC) bringUp() error {
 	a := uint64(n.cmd.q.Addr())
 	n.bar.write(InitCmdqAddrH, uint32(a>>32))
 	n.bar.write(InitCmdqAddrLSz, uint32(a)) // nic_interface 0: full driver
-	if err := n.waitReady("after the command queue was set"); err != nil {
+	if err := n.waitReady("after the command queue was set", n.cfg.FirmwareTimeout); err != nil {
 		return err
 	}
 	if _, err := n.cmd.exec(newIn(OpEnableHCA, 0, 0x10), 0x10); err != nil {
@@ -479,7 +479,17 @@ func (n *NIC) vport() error {
 		return fmt.Errorf("connectx: QUERY_NIC_VPORT_CONTEXT: %w", err)
 	}
 	ctx = out[0x10:]
-	n.caps.MinInlineMode = int(Field{0, 26, 24}.Get(ctx))
+	// The minimum inline mode as Linux's mlx5_query_min_inline takes it:
+	// from the vport context only when wqe_inline_mode says so (1), L2
+	// for 0, none for 2.
+	switch n.caps.WQEInlineMode {
+	case 0:
+		n.caps.MinInlineMode = 1
+	case 1:
+		n.caps.MinInlineMode = int(Field{0, 26, 24}.Get(ctx))
+	default:
+		n.caps.MinInlineMode = 0
+	}
 	copy(n.mac[:], ctx[0xF6:0xFC])
 	if n.mac == [6]byte{} {
 		return errors.New("connectx: vport has no permanent MAC address")
@@ -659,7 +669,14 @@ func (n *NIC) createSQ() error {
 	n.pushMem("queued sends", n.abortTx)
 	in := newIn(OpCreateSQ, 0, 0x110+8*(n.sq.buf.Len()/PageSize))
 	ctx := in[0x20:]
-	put32(ctx, 0, 1<<31|1<<28|uint32(n.caps.MinInlineMode)<<24) // rlkey, flush_in_error_en, min_wqe_inline_mode
+	// rlkey, flush_in_error_en, and min_wqe_inline_mode only when the
+	// caps' wqe_inline_mode is "from the vport context" (Linux
+	// mlx5e_create_sq).
+	w0 := uint32(1<<31 | 1<<28)
+	if n.caps.WQEInlineMode == 1 {
+		w0 |= uint32(n.caps.MinInlineMode) << 24
+	}
+	put32(ctx, 0, w0)
 	put32(ctx, 0x08, n.obj.txcq)
 	put32(ctx, 0x20, 1<<16) // tis_lst_sz
 	put32(ctx, 0x2C, n.obj.tis)
@@ -695,7 +712,7 @@ func (n *NIC) createRQ() error {
 
 // steering creates the TIR and a flow table with one wildcard entry to it.
 func (n *NIC) steering() error {
-	in := newIn(OpCreateTIR, 0, 0x120)
+	in := newIn(OpCreateTIR, 0, 0x110) // create_tir_in: 0x20 + tirc 0xF0 (mlx5_ifc.h)
 	ctx := in[0x20:]
 	Field{0x04, 31, 28}.Set(ctx, 0) // direct dispatch
 	put32(ctx, 0x1C, n.obj.rq)

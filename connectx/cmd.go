@@ -64,6 +64,7 @@ type cmdq struct {
 	timeout time.Duration
 	dead    bool
 	sleep   func()
+	now     func() time.Time
 	count   int // commands executed
 }
 
@@ -154,9 +155,9 @@ func (c *cmdq) exec(in []byte, outLen int) ([]byte, error) {
 	storeBE32(slot, cmdToken, binary.BigEndian.Uint32(w[:]))
 	c.mem.Barrier()
 	c.bar.write(InitCmdDbell, 1<<0)
-	deadline := time.Now().Add(c.timeout)
+	deadline := c.now().Add(c.timeout)
 	for loadBytes(slot, cmdToken)[3]&CmdOwnerHW != 0 {
-		if time.Now().After(deadline) {
+		if c.now().After(deadline) {
 			c.dead = true
 			return nil, fmt.Errorf("connectx: command %#x (op_mod %d): no completion within %v: %w", op, opmod, c.timeout, ErrTimeout)
 		}

@@ -82,13 +82,19 @@ type Config struct {
 	RxBufSize int
 	// MTU is the IP MTU (default 1500).
 	MTU int
-	// FirmwareTimeout bounds each wait for the initializing bit (Linux
-	// allows minutes; default 10 s); CmdTimeout each command (default 5 s).
+	// FirmwareTimeout bounds each wait for the initializing bit and
+	// CmdTimeout each command: by default Linux's (lib/tout.c
+	// FW_PRE_INIT_TIMEOUT 120 s, CMD 60 s). Linux waits only FW_INIT, 2 s,
+	// after the command queue address is set; the driver allows
+	// FirmwareTimeout there too (a co-simulated card runs in a process
+	// that may be descheduled).
 	FirmwareTimeout, CmdTimeout time.Duration
+	// Now tells the time for those bounds (default time.Now).
+	Now func() time.Time
 	// SQFlushTimeout bounds the wait, after a send error, for the card
 	// to return every outstanding WQE with its flush CQE before the SQ is
-	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush); past it the
-	// card is failed (Fail).
+	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush,
+	// FLUSH_ON_ERROR); past it the card is failed (Fail).
 	SQFlushTimeout time.Duration
 	// MaxPages bounds the firmware pages the driver will give (default
 	// 16384, 64 MiB); a request beyond it is refused.
@@ -174,13 +180,16 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("connectx: receive buffer %d too small for MTU %d (%d+%d bytes) or not whole cache lines", c.RxBufSize, c.MTU, RxAlign, c.MTU+22)
 	}
 	if c.FirmwareTimeout == 0 {
-		c.FirmwareTimeout = 10 * time.Second
+		c.FirmwareTimeout = 120 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.SQFlushTimeout == 0 {
 		c.SQFlushTimeout = 2 * time.Second
 	}
 	if c.CmdTimeout == 0 {
-		c.CmdTimeout = 5 * time.Second
+		c.CmdTimeout = 60 * time.Second
 	}
 	if c.Sleep == nil {
 		c.Sleep = runtime.Gosched

@@ -471,7 +471,7 @@ func (n *NIC) pollTx(done []completion) []completion {
 			done = n.retire(done, c.WQECounter, nil, false)
 		case c.Opcode == CQEOpReqErr:
 			if !n.sq.err {
-				n.sq.err, n.sq.errAt = true, time.Now()
+				n.sq.err, n.sq.errAt = true, n.cfg.Now()
 			}
 			cause := ErrSendFailed
 			if c.Syndrome == SyndromeFlush {
@@ -504,7 +504,7 @@ func (n *NIC) pollTx(done []completion) []completion {
 func (n *NIC) recoverSQ(done []completion) []completion {
 	sq := &n.sq
 	if sq.cc != sq.pc {
-		if time.Since(sq.errAt) > n.cfg.SQFlushTimeout {
+		if n.cfg.Now().Sub(sq.errAt) > n.cfg.SQFlushTimeout {
 			done = append(done, n.failLocked(fmt.Errorf("SQ %#x flush timed out after %v (cc %d, pc %d)", n.obj.sq, n.cfg.SQFlushTimeout, sq.cc, sq.pc))...)
 		}
 		return done

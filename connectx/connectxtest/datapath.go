@@ -266,7 +266,7 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 		frame = append(frame, p...)
 	}
 	if need := m.minInline(frame); ihs < need {
-		return 0, nil, errf(synLength, "inline header %d bytes, vport inline mode %d needs %d", ihs, m.opts.MinInlineMode, need)
+		return 0, nil, errf(synLength, "inline header %d bytes, inline mode %d needs %d", ihs, m.opts.inlineMode(), need)
 	}
 	if cqe != nil {
 		binary.BigEndian.PutUint32(cqe[0x2C:], uint32(len(frame)))
@@ -289,10 +289,11 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 	return nbb, cqe, nil
 }
 
-// minInline is what the vport's min_wqe_inline_mode requires inline.
+// minInline is what the card's minimum inline mode requires inline.
 func (m *Model) minInline(f []byte) int {
 	need := 0
-	switch m.opts.MinInlineMode {
+	mode := m.opts.inlineMode()
+	switch mode {
 	case 1:
 		need = 18 // L2 with one VLAN tag
 	case 2, 3:
@@ -301,9 +302,9 @@ func (m *Model) minInline(f []byte) int {
 			return min(len(f), 18)
 		}
 		need = h.L4
-		if m.opts.MinInlineMode == 3 && h.Proto == pkt.ProtoTCP && len(f) >= h.L4+13 {
+		if mode == 3 && h.Proto == pkt.ProtoTCP && len(f) >= h.L4+13 {
 			need += int(f[h.L4+12]>>4) * 4
-		} else if m.opts.MinInlineMode == 3 && h.Proto == pkt.ProtoUDP {
+		} else if mode == 3 && h.Proto == pkt.ProtoUDP {
 			need += 8
 		}
 	}

@@ -50,7 +50,7 @@ type Options struct {
 	InitPolls int
 	// MinInlineMode is the vport's min_wqe_inline_mode (default 1, L2);
 	// WQEInlineMode the Ethernet caps' wqe_inline_mode (default 1: from the
-	// vport context).
+	// vport context; 2 not required; WQEInlineL2 for 0, L2).
 	MinInlineMode, WQEInlineMode int
 	// MaxLSOLog is max_lso_cap (default 16: 64 KiB).
 	MaxLSOLog int
@@ -69,6 +69,31 @@ type Options struct {
 	PortMaxMTU int
 }
 
+// WQEInlineL2 asks for wqe_inline_mode 0 (MLX5_CAP_INLINE_MODE_L2) in
+// Options.WQEInlineMode, whose zero value means the default.
+const WQEInlineL2 = -1
+
+// inlineMode is the minimum inline mode the card applies to every send
+// (Linux mlx5_query_min_inline): L2 (1) for wqe_inline_mode 0, the
+// vport's min_wqe_inline_mode for 1, none (0) for 2.
+func (o *Options) inlineMode() int {
+	switch o.WQEInlineMode {
+	case WQEInlineL2:
+		return 1
+	case 2:
+		return 0
+	}
+	return o.MinInlineMode
+}
+
+// wqeInlineCap is the wqe_inline_mode the Ethernet caps report.
+func (o *Options) wqeInlineCap() uint32 {
+	if o.WQEInlineMode == WQEInlineL2 {
+		return 0
+	}
+	return uint32(o.WQEInlineMode)
+}
+
 // Faults injects failures.
 type Faults struct {
 	// NeverReady keeps the initializing bit set forever.
@@ -85,6 +110,9 @@ type Faults struct {
 	// outstanding WQE, after the error CQE) in the card until
 	// ReleaseFlush: they arrive late.
 	HoldFlush bool
+	// HoldCmd makes the firmware take command doorbells but complete the
+	// commands only at ReleaseCmd (a slow command).
+	HoldCmd bool
 	// FailRx makes the next frame delivered to an RQ fail with this
 	// responder syndrome (e.g. 0x04, local protection, as a bad lkey or
 	// an unreachable buffer gives) instead of landing.
@@ -200,22 +228,23 @@ type Model struct {
 	portMTU                        uint32 // PMTU admin_mtu (0: never set)
 	link                           bool
 
-	next  uint32
-	uars  map[uint32]bool
-	eqs   map[uint32]*eq
-	pds   map[uint32]bool
-	tds   map[uint32]bool
-	cqs   map[uint32]*cq
-	tises map[uint32]uint32 // tis -> td
-	sqs   map[uint32]*wq
-	rqs   map[uint32]*wq
-	tirs  map[uint32][2]uint32 // tir -> rqn, td
-	fts   map[uint32]uint32    // table -> log size
-	fgs   map[uint32]fgroup
-	ftes  map[[2]uint32]fte // (table, index)
-	root  uint32
-	out   [][]byte
-	held  map[uint32][]byte // doorbells taken under HoldTx
+	next    uint32
+	uars    map[uint32]bool
+	eqs     map[uint32]*eq
+	pds     map[uint32]bool
+	tds     map[uint32]bool
+	cqs     map[uint32]*cq
+	tises   map[uint32]uint32 // tis -> td
+	sqs     map[uint32]*wq
+	rqs     map[uint32]*wq
+	tirs    map[uint32][2]uint32 // tir -> rqn, td
+	fts     map[uint32]uint32    // table -> log size
+	fgs     map[uint32]fgroup
+	ftes    map[[2]uint32]fte // (table, index)
+	root    uint32
+	out     [][]byte
+	held    map[uint32][]byte // doorbells taken under HoldTx
+	heldCmd uint32            // command doorbells taken under HoldCmd
 	// lateFlush are flush CQEs the card owes, held under HoldFlush.
 	lateFlush []lateCQE
 	rxScr     []byte
@@ -346,6 +375,17 @@ func (m *Model) SetPeer(f func([]byte)) {
 	m.mu.Lock()
 	m.peer = f
 	m.mu.Unlock()
+}
+
+// ReleaseCmd ends HoldCmd and completes the commands rung meanwhile.
+func (m *Model) ReleaseCmd() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.faults.HoldCmd = false
+	if v := m.heldCmd; v != 0 {
+		m.heldCmd = 0
+		m.doorbell(v)
+	}
 }
 
 // ReleaseTx ends HoldTx and executes the doorbells taken meanwhile.
@@ -479,6 +519,8 @@ func (m *Model) Write32(off, v uint32) {
 		m.cmdq = m.cmdq&^0xFFFFFFFF | uint64(be&^0xFFF)
 		m.cmdReady = true
 		m.polls = m.opts.InitPolls
+	case off == 0x18 && m.faults.HoldCmd:
+		m.heldCmd |= be
 	case off == 0x18:
 		m.doorbell(be)
 	case off < 4096:

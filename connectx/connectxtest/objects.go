@@ -445,6 +445,13 @@ func (m *Model) createWQ(send bool, in, out []byte) (uint8, uint32) {
 		q.flush = (w0>>18)&1 != 0 // rqc flush_in_error_en (bit 0x0D)
 	}
 	if send {
+		// min_wqe_inline_mode (sqc bits 26:24) is taken from the SQ
+		// context only when the caps say wqe_inline_mode 1, "from the
+		// vport context"; Linux sets it only then (en_main.c
+		// mlx5e_create_sq). Otherwise the model refuses a non-zero value.
+		if mi := (w0 >> 24) & 7; mi != 0 && m.opts.wqeInlineCap() != 1 {
+			return stBadParam, mi
+		}
 		q.flush = (w0>>28)&1 != 0
 		if n := bitsAt(c, 0x20, 31, 16); n != 1 {
 			return stBadParam, n

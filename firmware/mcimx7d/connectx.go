@@ -34,7 +34,7 @@ func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxnic.Controls, 
 	}
 	return cxnic.Add(s, cxnic.Options{NIC: cxNIC, IP: CXIP, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds},
 		func() (cxnic.Card, error) {
-			nic, w, err := mcimx7d.ConnectX(rc, d, transport, bar, connectx.Config{})
+			nic, w, err := mcimx7d.ConnectX(rc, d, transport, bar, connectx.Config{CmdTimeout: cxnic.CmdTimeout})
 			if err != nil {
 				return cxnic.Card{}, err
 			}

@@ -38,6 +38,13 @@ import (
 // card is declared failed (connectx.NIC.Fail: bus mastering off, the sends
 // it held handed back to the stack, for good); if it answers, the check is
 // repeated 5 s later. A PCIe link found down fails the card at once.
+//
+// CmdTimeout is the command timeout the firmwares give the driver: Check
+// holds the NIC while it waits, so a dead card stops the data path for
+// that long before Fail; the driver's default is Linux's 60 s
+// (lib/tout.c CMD), too long to hold a polled NIC.
+const CmdTimeout = 5 * time.Second
+
 const (
 	healthOffset     = 0x1010
 	healthEvery      = 250 * time.Millisecond
