@@ -3,6 +3,7 @@ package netstack_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -155,7 +156,15 @@ func TestDuplicateACKsBehindDataReachTCP(t *testing.T) {
 					break
 				}
 			}
+			// gVisor counts a fast retransmit just after sending it (a
+			// timeout just before): wait for the count, not for a time.
 			ts := sc.s.Stats().TCP
+			for deadline := time.Now().Add(30 * time.Second); ts.FastRetransmit.Value()+ts.Timeouts.Value() == 0; {
+				if time.Now().After(deadline) {
+					t.Fatal("a retransmission was sent but never counted")
+				}
+				time.Sleep(time.Millisecond)
+			}
 			if ts.FastRetransmit.Value() != 1 || ts.Timeouts.Value() != 0 {
 				t.Fatalf("the retransmission came with %d fast retransmits and %d timeouts: the duplicate ACKs did not all reach TCP (endpoint %+v)",
 					ts.FastRetransmit.Value(), ts.Timeouts.Value(), sc.ep.Stats())
