@@ -36,7 +36,9 @@ import (
 // update announced, and a duplicate ACK, never reached TCP (the peer's
 // window update lost, no data sent for 1 s; three duplicate ACKs counted
 // as two, no fast retransmit). Such a segment of a flow GRO may hold data
-// of is delivered past GRO, after a flush (as a segment behind a hole).
+// of is delivered past GRO, after a flush (as a segment behind a hole);
+// so is an in-order data segment that changes the flow's window (gVisor's
+// GRO merges data whatever the windows and keeps the first).
 type groOrder struct {
 	flows [groFlows]groFlow
 	clock uint32
@@ -65,6 +67,7 @@ type groFlow struct {
 	used       uint32 // groOrder.clock at the last segment; 0: free
 	next       uint32 // the byte after the last in-order segment
 	high       uint32 // the byte after the highest segment while in a hole
+	win        uint32 // the window field of the last in-order segment
 	hole, retx bool
 	bypassed   int
 }
@@ -124,8 +127,9 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 	if o.clock++; o.clock == 0 {
 		o.clock = 1 // 0 marks a free slot
 	}
+	win := uint32(binary.BigEndian.Uint16(tcp[14:]))
 	if f.used == 0 {
-		*f = groFlow{key: key, next: end, used: o.clock}
+		*f = groFlow{key: key, next: end, used: o.clock, win: win}
 		o.held |= heldBit(key)
 		return false
 	}
@@ -134,6 +138,16 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		switch {
 		case seq == f.next:
 			f.next = end
+			if win != f.win {
+				// A window update on data: gVisor's GRO would merge it
+				// into the held segment and keep that one's window (it
+				// does not compare windows; Linux's GRO flushes). It
+				// goes up on its own, after a flush, if data may be held.
+				f.win = win
+				if o.held&heldBit(key) != 0 {
+					return true
+				}
+			}
 			o.held |= heldBit(key)
 			return false
 		case seqLT(seq, f.next):
@@ -159,7 +173,7 @@ func (o *groOrder) bypass(b []byte, h *pkt.Headers) bool {
 		// Older than the hole: changes nothing.
 	case f.retx && seq == f.high:
 		// New data after a retransmission: the next segments merge.
-		f.hole, f.next = false, end
+		f.hole, f.next, f.win = false, end, win
 		o.holes--
 		return true
 	}
