@@ -1,6 +1,7 @@
 package e1000e
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -37,7 +38,7 @@ const (
 // transaction when MAC is reset"; Linux only logs a drain that times out,
 // here it is counted in Stats.MasterTimeouts), interrupts masked, RX and
 // TX stopped, 10 ms, CTRL.RST, then the NVM auto-read (EECD.AUTO_RD, an
-// error if it never completes: no MAC register is touched after that),
+// error if it never completes; Reset carries on regardless, as Linux),
 // then 25 ms for the PHY configuration the auto-read starts, and pending
 // interrupt causes cleared.
 func (n *NIC) resetHW() error {
@@ -164,6 +165,9 @@ func (n *NIC) phyHung() bool {
 // the PHY reset (BMCR.Reset, as e1000e_phy_sw_reset in the link set-up),
 // then configure. Frames still in the TX ring are completed with
 // ErrReset; RX buffers lent to received frames stay valid until released.
+// A failing step (the NVM auto-read or the PHY reset timing out) does not
+// stop it: the adapter is configured and running again either way, and
+// the error is returned.
 // The statistics registers, which the reset clears, are added to HWStats
 // first.
 func (n *NIC) Reset() error {
@@ -180,14 +184,19 @@ func (n *NIC) Reset() error {
 	defer n.cbMu.Unlock()
 	n.txMu.Lock()
 	n.rxMu.Lock()
+	// Whatever the MAC reset returns, the rings are the driver's (RX
+	// and TX were stopped and the GIO master drained before CTRL.RST)
+	// and the adapter is brought back: Linux's reset task cleans the TX
+	// ring in e1000e_down, e1000e_reset ignores reset_hw's result and
+	// runs init_hw, and e1000e_up restarts RX and TX. Stopping at the
+	// error would strand the frames in the ring and leave RX and TX off
+	// with nothing left to notice it.
 	err := n.resetHW()
-	var done []any
-	if err == nil {
-		done = n.tx.abort(n.cfg.Mem)
-		if err = n.resetPHY(); err == nil {
-			n.configure()
-		}
+	done := n.tx.abort(n.cfg.Mem)
+	if perr := n.resetPHY(); perr != nil {
+		err = errors.Join(err, fmt.Errorf("e1000e: PHY reset: %w", perr))
 	}
+	n.configure()
 	cb := n.cfg.OnTxDone
 	n.rxMu.Unlock()
 	n.txMu.Unlock()

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/e1000e"
 	"github.com/tamanic/tamanic/e1000e/e1000etest"
 )
@@ -144,5 +146,129 @@ func TestResetWhileInterrupting(t *testing.T) {
 	<-done
 	if st := r.nic.Stats(); st.Resets != 6 || st.Interrupts == 0 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// resetRegs is a register file just rich enough for Init, Transmit and
+// Watchdog: CTRL.RST self-clears, STATUS reads GIO master disabled,
+// EECD.AUTO_RD reads set unless autoRDStuck, MDIC completes at once and
+// reads the PHY registers in phy, and no descriptor is ever written back
+// (frames stay in flight).
+type resetRegs struct {
+	mu          sync.Mutex
+	regs        map[uint32]uint32
+	phy         map[uint32]uint16
+	autoRDStuck bool
+	// paged: PHY registers 16-31 are paged through register 22
+	// (BM_PHY_PAGE_SELECT), as Linux e1000e_read_phy_reg_bm2, the 82574's
+	// PHY read (82571.c e1000_init_phy_params_82571), reaches them: it
+	// writes the page to register 22 before any register above
+	// MAX_PHY_MULTI_PAGE_REG (0xF). pagedPHY holds them by page<<5|reg.
+	paged    bool
+	page     uint32
+	pagedPHY map[uint32]uint16
+}
+
+func (r *resetRegs) Read32(off uint32) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch off {
+	case e1000e.CTRL:
+		return r.regs[off] &^ (1 << 26)
+	case e1000e.STATUS:
+		return 1<<1 | 1
+	case e1000e.EECD:
+		if r.autoRDStuck {
+			return 1 << 8
+		}
+		return 1<<8 | 1<<9
+	}
+	return r.regs[off]
+}
+
+func (r *resetRegs) Write32(off, v uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if off == e1000e.MDIC {
+		reg := v >> 16 & 31
+		switch {
+		case r.paged && v>>26&3 == 1 && reg == 22:
+			r.page = v & 0xFFFF
+		case r.paged && v>>26&3 == 2 && reg >= 16:
+			v = v&^0xFFFF | uint32(r.pagedPHY[r.page<<5|reg])
+		case v>>26&3 == 2:
+			v = v&^0xFFFF | uint32(r.phy[reg])
+		}
+		v |= 1 << 28
+	}
+	r.regs[off] = v
+}
+
+// TestFailedResetCompletesFramesAndRestarts: a PHY-hang Reset whose NVM
+// auto-read times out after CTRL.RST (ErrTimeout) still completes the
+// frames in the TX ring with ErrReset (the reset controller owns none of
+// them) and brings RX and TX back, as Linux's reset task does whatever
+// the MAC reset returned: e1000e_down cleans the TX ring, e1000e_reset
+// ignores reset_hw's result and runs init_hw, e1000e_up restarts RX and
+// TX. Before the fix the frames were never completed and RCTL/TCTL stayed
+// off while Watchdog went on returning nil.
+func TestFailedResetCompletesFramesAndRestarts(t *testing.T) {
+	mem := dmatest.New(t, dmatest.Options{NoTrace: true, CachedSize: 4 << 20})
+	regs := &resetRegs{regs: map[uint32]uint32{}, phy: map[uint32]uint16{}}
+	var mu sync.Mutex
+	var done []error
+	nic, err := e1000e.New(e1000e.Config{Regs: regs, Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, 1}, TxRing: 64, RxRing: 64,
+		OnTxDone: func(_ any, err error) { mu.Lock(); done = append(done, err); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nic.Init(); err != nil {
+		t.Fatal(err)
+	}
+	frame := make([]byte, 100)
+	copy(frame, macB)
+	for i := 0; i < 3; i++ {
+		if err := nic.Transmit([][]byte{frame}, false, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	regs.mu.Lock()
+	regs.phy[e1000e.PHYRxErrCount], regs.phy[e1000e.PHY1000TStatus] = 0xFFFF, 0xFF
+	regs.autoRDStuck = true
+	regs.mu.Unlock()
+	if err := nic.Watchdog(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nic.Watchdog(); !errors.Is(err, e1000e.ErrTimeout) {
+		t.Fatalf("reset with the auto-read stuck: %v", err)
+	}
+	// The PHY reads healthy again (the CTRL.RST reset it) and the NVM
+	// answers: the watchdog has nothing more to do.
+	regs.mu.Lock()
+	regs.phy[e1000e.PHYRxErrCount], regs.phy[e1000e.PHY1000TStatus] = 0, 0
+	regs.autoRDStuck = false
+	regs.mu.Unlock()
+	for i := 0; i < 3; i++ {
+		if err := nic.Watchdog(); err != nil {
+			t.Fatalf("watchdog %d: %v", i, err)
+		}
+	}
+	mu.Lock()
+	n := len(done)
+	for _, err := range done {
+		if !errors.Is(err, e1000e.ErrReset) {
+			t.Errorf("stranded frame completed with %v", err)
+		}
+	}
+	mu.Unlock()
+	if n != 3 || nic.TxInFlight() != 0 {
+		t.Errorf("after a failed reset: %d of 3 frames completed, %d descriptors still in flight on a controller that was reset (owns none)",
+			n, nic.TxInFlight())
+	}
+	regs.mu.Lock()
+	rctl, tctl := regs.regs[e1000e.RCTL], regs.regs[e1000e.TCTL]
+	regs.mu.Unlock()
+	if rctl&2 == 0 || tctl&2 == 0 {
+		t.Errorf("watchdog reports nothing while RCTL = %#x, TCTL = %#x: receiver/transmitter left off after the failed reset", rctl, tctl)
 	}
 }
