@@ -272,3 +272,68 @@ func TestFailedResetCompletesFramesAndRestarts(t *testing.T) {
 		t.Errorf("watchdog reports nothing while RCTL = %#x, TCTL = %#x: receiver/transmitter left off after the failed reset", rctl, tctl)
 	}
 }
+
+// TestCloseDuringResetStaysClosed: the board runs Watchdog on its own
+// goroutine, so Close can come while a PHY-hang Reset is under way. Close
+// must not write its stop (IMC, RCTL = 0, TCTL) before the Reset's
+// configure, which would enable RX, TX and interrupts again after it:
+// Linux serialises the two (e1000e_close waits for __E1000_RESETTING to
+// clear; e1000_reset_task does nothing once __E1000_DOWN is set). Close
+// is given up to 200 ms to issue its writes while the Reset is held; with
+// Close waiting for the Reset it issues none, and the test goes on.
+func TestCloseDuringResetStaysClosed(t *testing.T) {
+	var (
+		armed   bool
+		armedMu sync.Mutex
+		inReset = make(chan struct{})
+		release = make(chan struct{})
+	)
+	r := newRig(t, rigOptions{cfg: func(c *e1000e.Config) {
+		inner := c.Delay
+		c.Delay = func(d time.Duration) {
+			armedMu.Lock()
+			hit := armed && d == 10*time.Millisecond // resetHW's quiesce, locks held
+			if hit {
+				armed = false
+			}
+			armedMu.Unlock()
+			if hit {
+				close(inReset)
+				<-release
+			}
+			inner(d)
+		}
+	}})
+	r.model.HangPHY()
+	if err := r.nic.Watchdog(); err != nil {
+		t.Fatal(err)
+	}
+	armedMu.Lock()
+	armed = true
+	armedMu.Unlock()
+	wdErr := make(chan error, 1)
+	go func() { wdErr <- r.nic.Watchdog() }()
+	<-inReset
+	tlps := r.h.TLPs()
+	closed := make(chan error, 1)
+	go func() { closed <- r.nic.Close() }()
+	for end := time.Now().Add(200 * time.Millisecond); r.h.TLPs() < tlps+3 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wdErr; err != nil {
+		t.Fatal(err)
+	}
+	if v := r.model.Read32(e1000e.RCTL); v&2 != 0 {
+		t.Errorf("after Close returned, RCTL = %#x: the receiver is enabled (DMA into the driver's buffers after Close)", v)
+	}
+	if v := r.model.Read32(e1000e.TCTL); v&2 != 0 {
+		t.Errorf("after Close returned, TCTL = %#x: the transmitter is enabled", v)
+	}
+	if v := r.model.Read32(e1000e.IMS); v != 0 {
+		t.Errorf("after Close returned, IMS = %#x: interrupts unmasked", v)
+	}
+}
