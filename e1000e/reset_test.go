@@ -337,3 +337,36 @@ func TestCloseDuringResetStaysClosed(t *testing.T) {
 		t.Errorf("after Close returned, IMS = %#x: interrupts unmasked", v)
 	}
 }
+
+// TestPHYHangCheckSelectsPage0: the receive error counter, register 21,
+// lies above MAX_PHY_MULTI_PAGE_REG (0xF), and Linux reads it for the
+// 82574 through e1000e_read_phy_reg_bm2, which first writes the page (0)
+// to BM_PHY_PAGE_SELECT, register 22. With another page left selected (by
+// the NVM's PHY configuration or a boot loader) a PHY hung on page 0 must
+// still be seen; before the fix register 21 of page 2 was read and the
+// hang never found.
+func TestPHYHangCheckSelectsPage0(t *testing.T) {
+	mem := dmatest.New(t, dmatest.Options{NoTrace: true, CachedSize: 4 << 20})
+	regs := &resetRegs{regs: map[uint32]uint32{}, phy: map[uint32]uint16{}, paged: true, pagedPHY: map[uint32]uint16{}}
+	nic, err := e1000e.New(e1000e.Config{Regs: regs, Mem: mem, MAC: [6]byte{2, 0, 0, 0, 0, 1}, TxRing: 64, RxRing: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nic.Init(); err != nil {
+		t.Fatal(err)
+	}
+	regs.mu.Lock()
+	regs.page = 2                                     // left selected
+	regs.pagedPHY[0<<5|e1000e.PHYRxErrCount] = 0xFFFF // page 0: saturated
+	regs.phy[e1000e.PHY1000TStatus] = 0xFF            // idle error count saturated
+	regs.pagedPHY[2<<5|e1000e.PHYRxErrCount] = 0x0000 // another page's register 21
+	regs.mu.Unlock()
+	for i := 0; i < 2; i++ {
+		if err := nic.Watchdog(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := nic.Stats(); st.PHYHangs != 1 {
+		t.Errorf("a PHY hung on page 0 with page 2 selected: PHYHangs %d after two checks, want 1 (Linux selects page 0 first)", st.PHYHangs)
+	}
+}
