@@ -88,6 +88,9 @@ type Stats struct {
 		NoBuffer       uint64 // a frame had to be dropped: no spare buffer
 		CsumIP, CsumL4 uint64 // frames whose checksums the hardware verified good
 		CsumBad        uint64 // frames the hardware flagged with a checksum error (handed up unverified)
+		// ResetDropped: frames the controller had written but the
+		// driver had not received when a Reset took the ring back.
+		ResetDropped uint64
 	}
 	Interrupts, Polls uint64
 	LinkChanges       uint64

@@ -164,7 +164,10 @@ func (n *NIC) phyHung() bool {
 // descriptor and moves no data, so the rings are the driver's again),
 // the PHY reset (BMCR.Reset, as e1000e_phy_sw_reset in the link set-up),
 // then configure. Frames still in the TX ring are completed with
-// ErrReset; RX buffers lent to received frames stay valid until released.
+// ErrReset; frames in the RX ring not yet received are dropped (counted in
+// Stats.Rx.ResetDropped) and every ring buffer is taken back from the
+// device before it is armed again; RX buffers lent to received frames
+// stay valid until released.
 // A failing step (the NVM auto-read or the PHY reset timing out) does not
 // stop it: the adapter is configured and running again either way, and
 // the error is returned.
@@ -193,6 +196,9 @@ func (n *NIC) Reset() error {
 	// with nothing left to notice it.
 	err := n.resetHW()
 	done := n.tx.abort(n.cfg.Mem)
+	if k := n.rx.abort(n.cfg.Mem); k > 0 {
+		n.count(func(s *Stats) { s.Rx.ResetDropped += uint64(k) })
+	}
 	if perr := n.resetPHY(); perr != nil {
 		err = errors.Join(err, fmt.Errorf("e1000e: PHY reset: %w", perr))
 	}

@@ -370,3 +370,31 @@ func TestPHYHangCheckSelectsPage0(t *testing.T) {
 		t.Errorf("a PHY hung on page 0 with page 2 selected: PHYHangs %d after two checks, want 1 (Linux selects page 0 first)", st.PHYHangs)
 	}
 }
+
+// TestResetTakesBackDeviceWrittenBuffers: a frame the controller has
+// written (DD set) but the driver has not received when Reset runs. The
+// reset takes every RX buffer back from the device (SyncForCPU, as Linux's
+// e1000_clean_rx_ring unmaps each in e1000e_down) before re-arming it
+// (SyncForDevice); the frame is dropped and counted (Rx.ResetDropped).
+// Before the fix rx.start re-armed the device-written buffer without
+// taking it back, which the DMA model reports as a violation.
+func TestResetTakesBackDeviceWrittenBuffers(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	rx := make([]byte, 100)
+	copy(rx, macA)
+	if !r.model.Inject(rx) {
+		t.Fatal("frame not accepted")
+	}
+	r.model.HangPHY()
+	for i := 0; i < 2; i++ {
+		if err := r.nic.Watchdog(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.nic.Stats(); st.PHYHangs != 1 || st.Rx.ResetDropped != 1 {
+		t.Fatalf("after the reset: PHYHangs %d, Rx.ResetDropped %d, want 1 and 1", st.PHYHangs, st.Rx.ResetDropped)
+	}
+	if f, err := r.nic.Receive(); f != nil || err != nil {
+		t.Errorf("a frame written before the reset was received after it: %v %v", f, err)
+	}
+}
