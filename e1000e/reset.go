@@ -15,7 +15,19 @@ import (
 //     driver is the only user of the PHY (no manageability firmware
 //     shares it on the boards this runs on);
 //   - CTRL.RST is polled until it clears before EECD.AUTO_RD is (Linux
-//     goes straight to AUTO_RD); reading CTRL is allowed meanwhile.
+//     goes straight to AUTO_RD); reading CTRL is allowed meanwhile;
+//   - with a flash NVM (EECD bits 16:15 = 11, nvm.type
+//     e1000_nvm_flash_hw in e1000_init_nvm_params_82571), Linux sets
+//     CTRL_EXT.EE_RST 10 µs after CTRL.RST (e1000_reset_hw_82571) and
+//     clears EECD.AUPDEN at probe ("Autonomous Flash update bit must be
+//     cleared due to Flash update issue", e1000_init_nvm_params_82571);
+//     the driver does neither. The boards' 82574L cards and QEMU's model
+//     were not checked for a flash NVM, and without the datasheet's
+//     EECD reset values no test can tell the two NVM types apart;
+//   - a failing MAC reset (CTRL.RST not clearing in 20 ms, the auto-read
+//     not done in 10 ms) does not stop Reset: like e1000e_reset, which
+//     ignores reset_hw's result, it goes on to configure the adapter,
+//     but it returns the error.
 const (
 	ctrlGIOMasterDisable  = 1 << 2  // E1000_CTRL_GIO_MASTER_DISABLE
 	statusGIOMasterEnable = 1 << 19 // E1000_STATUS_GIO_MASTER_ENABLE
