@@ -88,6 +88,9 @@ type Stats struct {
 		NoBuffer       uint64 // a frame had to be dropped: no spare buffer
 		CsumIP, CsumL4 uint64 // frames whose checksums the hardware verified good
 		CsumBad        uint64 // frames the hardware flagged with a checksum error (handed up unverified)
+		// ResetDropped: frames the controller had written but the
+		// driver had not received when a Reset took the ring back.
+		ResetDropped uint64
 	}
 	Interrupts, Polls uint64
 	LinkChanges       uint64
@@ -319,16 +322,45 @@ func (n *NIC) rctl(bit uint32, on bool) {
 	n.r.Write32(RCTL, v)
 }
 
-// ReadPHY reads a PHY register through MDIC.
+// The 82574's PHY pages registers 16-31 (Linux phy.h
+// MAX_PHY_MULTI_PAGE_REG, BM_PHY_PAGE_SELECT).
+const (
+	phyMaxMultiPageReg = 0x0F
+	phyPageSelect      = 22
+)
+
+// ReadPHY reads a PHY register of page 0 through MDIC. For registers 16-31
+// page 0 is selected first, as Linux's 82574 PHY access does
+// (phy.c e1000e_read_phy_reg_bm2 writes the page to BM_PHY_PAGE_SELECT for
+// any register above MAX_PHY_MULTI_PAGE_REG): the page register may have
+// been left elsewhere by the NVM's PHY configuration or a boot loader.
 func (n *NIC) ReadPHY(reg int) (uint16, error) {
+	if err := n.phyPage(reg); err != nil {
+		return 0, err
+	}
 	v, err := n.mdic(uint32(reg&31)<<mdicRegShift | phyAddr<<mdicPHYShift | mdicOpRead)
 	return uint16(v), err
 }
 
-// WritePHY writes a PHY register through MDIC.
+// WritePHY writes a PHY register of page 0 through MDIC (see ReadPHY;
+// e1000e_write_phy_reg_bm2).
 func (n *NIC) WritePHY(reg int, val uint16) error {
+	if err := n.phyPage(reg); err != nil {
+		return err
+	}
 	_, err := n.mdic(uint32(val) | uint32(reg&31)<<mdicRegShift | phyAddr<<mdicPHYShift | mdicOpWrite)
 	return err
+}
+
+// phyPage selects page 0 before an access to a paged register.
+func (n *NIC) phyPage(reg int) error {
+	if reg&31 <= phyMaxMultiPageReg {
+		return nil
+	}
+	if _, err := n.mdic(phyPageSelect<<mdicRegShift | phyAddr<<mdicPHYShift | mdicOpWrite); err != nil {
+		return fmt.Errorf("e1000e: PHY page select: %w", err)
+	}
+	return nil
 }
 
 func (n *NIC) mdic(cmd uint32) (uint32, error) {

@@ -1,6 +1,7 @@
 package e1000e
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,7 +15,19 @@ import (
 //     driver is the only user of the PHY (no manageability firmware
 //     shares it on the boards this runs on);
 //   - CTRL.RST is polled until it clears before EECD.AUTO_RD is (Linux
-//     goes straight to AUTO_RD); reading CTRL is allowed meanwhile.
+//     goes straight to AUTO_RD); reading CTRL is allowed meanwhile;
+//   - with a flash NVM (EECD bits 16:15 = 11, nvm.type
+//     e1000_nvm_flash_hw in e1000_init_nvm_params_82571), Linux sets
+//     CTRL_EXT.EE_RST 10 µs after CTRL.RST (e1000_reset_hw_82571) and
+//     clears EECD.AUPDEN at probe ("Autonomous Flash update bit must be
+//     cleared due to Flash update issue", e1000_init_nvm_params_82571);
+//     the driver does neither. The boards' 82574L cards and QEMU's model
+//     were not checked for a flash NVM, and without the datasheet's
+//     EECD reset values no test can tell the two NVM types apart;
+//   - a failing MAC reset (CTRL.RST not clearing in 20 ms, the auto-read
+//     not done in 10 ms) does not stop Reset: like e1000e_reset, which
+//     ignores reset_hw's result, it goes on to configure the adapter,
+//     but it returns the error.
 const (
 	ctrlGIOMasterDisable  = 1 << 2  // E1000_CTRL_GIO_MASTER_DISABLE
 	statusGIOMasterEnable = 1 << 19 // E1000_STATUS_GIO_MASTER_ENABLE
@@ -37,7 +50,7 @@ const (
 // transaction when MAC is reset"; Linux only logs a drain that times out,
 // here it is counted in Stats.MasterTimeouts), interrupts masked, RX and
 // TX stopped, 10 ms, CTRL.RST, then the NVM auto-read (EECD.AUTO_RD, an
-// error if it never completes: no MAC register is touched after that),
+// error if it never completes; Reset carries on regardless, as Linux),
 // then 25 ms for the PHY configuration the auto-read starts, and pending
 // interrupt causes cleared.
 func (n *NIC) resetHW() error {
@@ -163,7 +176,13 @@ func (n *NIC) phyHung() bool {
 // descriptor and moves no data, so the rings are the driver's again),
 // the PHY reset (BMCR.Reset, as e1000e_phy_sw_reset in the link set-up),
 // then configure. Frames still in the TX ring are completed with
-// ErrReset; RX buffers lent to received frames stay valid until released.
+// ErrReset; frames in the RX ring not yet received are dropped (counted in
+// Stats.Rx.ResetDropped) and every ring buffer is taken back from the
+// device before it is armed again; RX buffers lent to received frames
+// stay valid until released.
+// A failing step (the NVM auto-read or the PHY reset timing out) does not
+// stop it: the adapter is configured and running again either way, and
+// the error is returned.
 // The statistics registers, which the reset clears, are added to HWStats
 // first.
 func (n *NIC) Reset() error {
@@ -180,14 +199,22 @@ func (n *NIC) Reset() error {
 	defer n.cbMu.Unlock()
 	n.txMu.Lock()
 	n.rxMu.Lock()
+	// Whatever the MAC reset returns, the rings are the driver's (RX
+	// and TX were stopped and the GIO master drained before CTRL.RST)
+	// and the adapter is brought back: Linux's reset task cleans the TX
+	// ring in e1000e_down, e1000e_reset ignores reset_hw's result and
+	// runs init_hw, and e1000e_up restarts RX and TX. Stopping at the
+	// error would strand the frames in the ring and leave RX and TX off
+	// with nothing left to notice it.
 	err := n.resetHW()
-	var done []any
-	if err == nil {
-		done = n.tx.abort(n.cfg.Mem)
-		if err = n.resetPHY(); err == nil {
-			n.configure()
-		}
+	done := n.tx.abort(n.cfg.Mem)
+	if k := n.rx.abort(n.cfg.Mem); k > 0 {
+		n.count(func(s *Stats) { s.Rx.ResetDropped += uint64(k) })
 	}
+	if perr := n.resetPHY(); perr != nil {
+		err = errors.Join(err, fmt.Errorf("e1000e: PHY reset: %w", perr))
+	}
+	n.configure()
 	cb := n.cfg.OnTxDone
 	n.rxMu.Unlock()
 	n.txMu.Unlock()

@@ -98,6 +98,23 @@ func (r *rxRing) arm(m dma.Memory, i int) {
 	r.store(i, 2, 0)
 }
 
+// abort takes every ring buffer back from a controller that was reset
+// (it owns none of them any more): each was handed over by arm, so each
+// is synced for the CPU before start hands it over again, as Linux's
+// e1000_clean_rx_ring unmaps every RX buffer in e1000e_down. It returns
+// how many held a frame the driver had not received (DD set): those are
+// dropped.
+func (r *rxRing) abort(m dma.Memory) int {
+	dropped := 0
+	for i := 0; i < r.n; i++ {
+		if r.load(i, 2)&rxdStatDD != 0 {
+			dropped++
+		}
+		m.SyncForCPU(&r.bufs[i].buf, 0, r.bufs[i].buf.Len(), dma.FromDevice)
+	}
+	return dropped
+}
+
 func (r *rxRing) start(n *NIC) {
 	for i := 0; i < r.n; i++ {
 		r.arm(n.cfg.Mem, i)

@@ -183,3 +183,43 @@ func BenchmarkWindowRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(h.DBIReads()-dbi0)/float64(b.N), "dbi-reads/op")
 }
+
+// A Recovery that ends in L0 may last 24 ms in Recovery.RcvrLock and then
+// 48 ms in Recovery.RcvrCfg (PCI Express Base 3.0 4.2.6.4.1, 4.2.6.4.3),
+// the link up (LINK_UP with LINK_IN_TRAINING) throughout; the core holds
+// the CPU's TLPs meanwhile and Linux gates no BAR access. A BAR write made
+// as such a Recovery starts, after the driver has been idle longer than
+// the check interval, reaches the device; so does one made while the link
+// stays up in Recovery longer than the driver waits. Neither is counted
+// as an access to a down link. A read made as a 72 ms Recovery starts is
+// issued once it ends. With a 50 ms wait the first write and the read
+// were refused.
+func TestRecoveryWithinSpecLosesNoWrite(t *testing.T) {
+	for _, rec := range []time.Duration{72 * time.Millisecond, time.Second} {
+		r := newRig(t, pcietest.Options{SoC: pcie.IMX7D}, nil)
+		f, regs := e1000e()
+		r.h.Attach(0, f)
+		d := start(t, r)[0]
+		w, err := r.rc.Map(d, 0, 0, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.h.Delay(20 * time.Millisecond)
+		r.h.Retrain(rec)
+		w.Write32(0x18, 5)
+		r.h.Delay(rec + 10*time.Millisecond)
+		st := r.rc.Stats()
+		if got := regs.regs[0x18]; got != 5 || st.LinkDownAccess != 0 || st.LinkLost != 0 {
+			t.Errorf("BAR write during a %v Recovery: register reads %#x, want 5; stats %+v", rec, got, st)
+		}
+		w.Release()
+	}
+	// A read waits for the Recovery to end (it is issued in L0): within
+	// the spec's 72 ms it is not refused.
+	r, _, _, w := mappedE1000E(t, pcie.IMX7D)
+	r.h.Delay(20 * time.Millisecond)
+	r.h.Retrain(72 * time.Millisecond)
+	if v := w.Read32(8); v != 0x0008_0283 {
+		t.Errorf("BAR read during a 72 ms Recovery: %#x; stats %+v", v, r.rc.Stats())
+	}
+}

@@ -167,8 +167,9 @@ type Stats struct {
 	// made to guard accesses.
 	LinkChecks int
 	// Retraining counts the link checks that found the link still in
-	// Recovery after waiting recoveryWait: that access was refused (read
-	// all-ones), nothing was latched.
+	// Recovery after waiting recoveryWait: a read or configuration access
+	// was refused then (all-ones), a BAR write went out (the core holds
+	// it until L0); nothing was latched.
 	Retraining int
 }
 
@@ -262,8 +263,12 @@ func (rc *RC) linkAlive() bool {
 // that returns all-ones (Window.Read32 checks then) or by the driver's
 // own Window.LinkUp on an error; an access in between reaches the dead
 // link (an abort on the i.MX6): that is the price of not reading PL
-// DEBUG1 before every access, and the interval bounds it.
-func (rc *RC) pathOpen() bool {
+// DEBUG1 before every access, and the interval bounds it. A write (posted)
+// goes out on a link still up in Recovery after recoveryWait, which the
+// core holds until L0, as Linux, which gates no BAR access, would send
+// it; a read, which would wait for its completion, is refused then
+// (counted in Stats.Retraining, not as an access to a down link).
+func (rc *RC) pathOpen(write bool) bool {
 	if !rc.linkUp || rc.lost.Load() {
 		rc.downAccess.Add(1)
 		return false
@@ -271,22 +276,39 @@ func (rc *RC) pathOpen() bool {
 	if now := rc.now(); now-rc.lastCheck.Load() < int64(rc.checkEvery) {
 		return true
 	}
-	return rc.linkAlive()
+	switch rc.linkState() {
+	case linkL0:
+		return true
+	case linkRecovery:
+		return write
+	}
+	rc.downAccess.Add(1)
+	return false
 }
 
-// linkNow is linkAlive without counting an access. PL DEBUG1 tells three
-// states apart (Linux pci-imx6.c imx6_pcie_link_up, v3.x-v4.x): link down
-// (LINK_UP clear: the LTSSM left the link-up states, the endpoint went
-// through a reset, PCI Express Base 3.0 2.9.1), recorded as lost until
-// Start; up and in training, which is Recovery (a replay timeout,
-// receiver errors, an L0s/L1 exit, PCI Express Base 3.0 4.2.6.4) and
-// passes, so it is waited out for at most recoveryWait and never latched:
-// a Recovery still running then refuses this one access (counted in
-// Stats.Retraining), as dw_pcie_valid_device refuses an access on a link
-// it finds down, and the next access looks again; and up.
-func (rc *RC) linkNow() bool {
+// What a link check found.
+const (
+	linkDown     = iota // LINK_UP clear, or lost since Start
+	linkL0              // up and out of training
+	linkRecovery        // up, still in training after recoveryWait
+)
+
+// linkNow is linkAlive without counting an access: whether the link is
+// up and out of Recovery (linkState).
+func (rc *RC) linkNow() bool { return rc.linkState() == linkL0 }
+
+// linkState reads the link. PL DEBUG1 tells three states apart (Linux
+// pci-imx6.c imx6_pcie_link_up, v3.x-v4.x): link down (LINK_UP clear: the
+// LTSSM left the link-up states, the endpoint went through a reset, PCI
+// Express Base 3.0 2.9.1), recorded as lost until Start; up and in
+// training, which is Recovery (a replay timeout, receiver errors, an
+// L0s/L1 exit, PCI Express Base 3.0 4.2.6.4) and passes, so it is waited
+// out for at most recoveryWait and never latched (a Recovery still
+// running then is counted in Stats.Retraining and the next check looks
+// again); and up.
+func (rc *RC) linkState() int {
 	if !rc.linkUp || rc.lost.Load() {
-		return false
+		return linkDown
 	}
 	rc.checks.Add(1)
 	v := rc.dbi.Read32(plDebug1)
@@ -298,17 +320,17 @@ func (rc *RC) linkNow() bool {
 		}
 		if v&debug1LinkUp != 0 && v&debug1InTraining != 0 {
 			rc.retraining.Add(1)
-			return false
+			return linkRecovery
 		}
 	}
 	if v&debug1LinkUp != 0 {
 		rc.lastCheck.Store(rc.now())
-		return true
+		return linkL0
 	}
 	if !rc.lost.Swap(true) {
 		rc.linkLost.Add(1)
 	}
-	return false
+	return linkDown
 }
 
 // Link returns the negotiated speed (1 = 2.5 GT/s, 2 = 5 GT/s) and width.

@@ -179,10 +179,13 @@ const (
 	defaultLinkCheck = 10 * time.Millisecond
 	pollInterval     = time.Millisecond
 	// recoveryWait bounds the wait for a link in Recovery to return to
-	// L0: Recovery.RcvrLock and Recovery.RcvrCfg give up after 24 ms and
-	// 48 ms (PCI Express Base 3.0, 4.2.6.4.1/4.2.6.4.3); 50 ms covers a
-	// Recovery that ends either way. Linux v3.x waited 5 x 1-2 ms.
-	recoveryWait = 50 * time.Millisecond
+	// L0. The substates run one after the other: Recovery.RcvrLock may
+	// last 24 ms before Recovery.RcvrCfg, which may last 48 ms before
+	// Recovery.Idle and L0 (PCI Express Base 3.0, 4.2.6.4.1/4.2.6.4.3),
+	// the link up all along, so a Recovery that ends in L0 may take
+	// 72 ms; 100 ms covers it with margin. A link still in Recovery then
+	// is not latched lost (see RC.linkState). Linux v3.x waited 5 x 1-2 ms.
+	recoveryWait = 100 * time.Millisecond
 	recoveryPoll = 100 * time.Microsecond
 	// atuEnableTries reads of PL_IATURC2, atuEnableWait apart, wait for
 	// a region's enable (Linux LINK_WAIT_MAX_IATU_RETRIES, LINK_WAIT_IATU).

@@ -105,7 +105,7 @@ func (w *Window) ok(off uint32) bool {
 // link, so a lost link is recorded at once and later accesses stay off
 // the bus.
 func (w *Window) Read32(off uint32) uint32 {
-	if !w.ok(off) || !w.rc.pathOpen() {
+	if !w.ok(off) || !w.rc.pathOpen(false) {
 		return 0xFFFF_FFFF
 	}
 	v := w.rc.mem.Read32(w.cpu + off)
@@ -116,16 +116,17 @@ func (w *Window) Read32(off uint32) uint32 {
 }
 
 // Write32 writes the register at off; with the link known down it is
-// dropped.
+// dropped (counted). A link in Recovery does not drop it (see LinkUp).
 func (w *Window) Write32(off, v uint32) {
-	if w.ok(off) && w.rc.pathOpen() {
+	if w.ok(off) && w.rc.pathOpen(true) {
 		w.rc.mem.Write32(w.cpu+off, v)
 	}
 }
 
 // LinkUp reports whether the link the window is reached through is up
 // now: it reads the core's link state (PL DEBUG1) whatever the interval,
-// waiting out a link in Recovery for at most 50 ms. Drivers call it on
+// waiting out a link in Recovery for at most 100 ms (the 72 ms a Recovery
+// may take, plus margin) and reporting false if it has not ended. Drivers call it on
 // an error (a timeout, a register reading all-ones) to tell a dead link
 // from a device fault.
 func (w *Window) LinkUp() bool { return w.rc.linkNow() }

@@ -45,8 +45,12 @@ import (
 // PERI_3V3_EN, Q7 LCD_PWR_EN). A 74HC595 cannot be read back, so every
 // write shifts all eight outputs: the others as U-Boot leaves them (Q0
 // low, Q2-Q7 high: resets released, supplies on), Q1 low to hold the slot
-// in reset and high to release it. The three pads are taken as U-Boot
-// muxed them (GPIO, iox74lv_init); only their direction is set here.
+// in reset and high to release it. The three pads are not muxed here,
+// only their direction is set: they must already be GPIOs. NXP's U-Boot
+// for the board muxes them (mx7dsabresd.c iox_pads, before iox74lv_init);
+// mainline U-Boot's mx7dsabresd.c has no 74HC595 code at all (Linux
+// muxes the pads itself, imx7d-sdb.dts pinctrl_spi4), so under it they
+// are at their reset function, which was not checked here.
 //
 // What is not done: the regulator SW2 of the PFUZE3000 PMIC that feeds
 // vdd1p0d is the PMIC's (on at power-up); the QEMU 7.2 machine models the
