@@ -86,13 +86,16 @@ func main() {
 	// them masked once the Normal World has made its first call (GoTEE's
 	// monitor vector masks them), and unmasks them
 	// only while it waits for the NIC (OpWait). They must be masked again
-	// before each world switch: GoTEE's Exec runs in monitor mode with the
-	// monitor's vector table installed, where an IRQ would be taken for an
-	// exception of the Normal World. Schedule calls MMU just before Exec:
-	// toNormal masks them and swaps the banked registers (worlds).
+	// before each world switch: GoTEE's Schedule installs the monitor's
+	// vector table (TamaGo's Secure VBAR too) before it calls MMU and
+	// Exec, and an IRQ taken there would enter the monitor's handler on
+	// the Secure World's state. worldloop.Run masks them as the last step
+	// before every Schedule (GoTEE's Run yields between switches, where
+	// the interrupt service goroutine may unmask them); toNormal masks
+	// them again and swaps the banked registers (worlds).
 	ctx.MMU = w.toNormal
 	fmt.Printf("tee: starting the Normal World at %#x\n", ctx.R15)
-	err = ctx.Run()
+	err = run(ctx, w)
 	w.toSecure()
 	fmt.Printf("tee: the Normal World stopped: %v\n%s\n", err, ctx)
 	st := srv.Stats()
@@ -116,6 +119,7 @@ func handle(ctx *monitor.ExecCtx, srv *netcall.Server, w *worlds) error {
 		fmt.Printf("%c", byte(ctx.R1))
 	case sysExit:
 		ctx.Stop()
+		w.stopped = true
 	case uint32(netcall.OpWait):
 		// The NIC's interrupt ends the wait: let it in, on the Trusted
 		// OS's own IRQ stack (toSecure put it back; checked anyway).

@@ -3,12 +3,17 @@
 package main
 
 import (
+	"runtime"
+
+	"github.com/usbarmory/GoTEE/monitor"
+	"github.com/usbarmory/tamago/arm"
 	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/tee/banked"
 	"github.com/tamanic/tamanic/tee/teemap"
 	"github.com/tamanic/tamanic/tee/tzplan"
+	"github.com/tamanic/tamanic/tee/worldloop"
 )
 
 // scr is in scr_arm.s.
@@ -33,6 +38,8 @@ type worlds struct {
 	// normalGICC is the Normal World's GICC_CTLR Group 1 enable.
 	normalGICC uint32
 	inNormal   bool
+	// stopped is set when the Normal World exits (sysExit).
+	stopped bool
 	// foreign counts the switches to the Secure World after which the
 	// IRQ stack was not in Secure RAM (never: a check of the check).
 	foreign int
@@ -77,4 +84,27 @@ func (w *worlds) irqStackIsSecure() bool {
 		w.foreign++
 	}
 	return ok
+}
+
+// execWorld adapts GoTEE's ExecCtx to worldloop.World.
+type execWorld struct{ ctx *monitor.ExecCtx }
+
+func (e execWorld) Schedule() error { return e.ctx.Schedule() }
+func (e execWorld) Handle() error   { return e.ctx.Handler(e.ctx) }
+
+// Resume returns to the interrupted instruction after an IRQ or FIQ, as
+// GoTEE's Run does (ARM Cortex-A Series Programmer's Guide, Table 11-3).
+func (e execWorld) Resume() {
+	switch e.ctx.ExceptionVector {
+	case arm.IRQ, arm.FIQ:
+		e.ctx.R15 -= 4
+	}
+}
+
+// run is GoTEE's ExecCtx.Run for the Normal World (the same access
+// permissions on its memory, the same handling of exceptions) through
+// worldloop.Run, which masks IRQs right before every world switch.
+func run(ctx *monitor.ExecCtx, w *worlds) error {
+	imx6ul.ARM.SetAccessPermissions(uint32(ctx.Memory.Start()), uint32(ctx.Memory.End()), arm.TTE_AP_001, ctx.Domain)
+	return worldloop.Run(execWorld{ctx}, func() { imx6ul.ARM.DisableInterrupts(false) }, runtime.Gosched, func() bool { return w.stopped })
 }
