@@ -26,7 +26,9 @@ import (
 // first fragment (behind any extension headers of the fragmentable part,
 // for IPv6), verifies a TCP or UDP checksum over all of it (offsets are
 // multiples of 8, so per-fragment sums simply add), and then hands all the
-// fragments up, or drops them all. A datagram whose TCP or UDP header it
+// fragments up with no checksum verdict (gVisor checks what it reassembles:
+// it may hold leftovers of an earlier datagram, see Endpoint's receive
+// path), or drops them all. A datagram whose TCP or UDP header it
 // does not find (another protocol such as ICMP, a header chain it does
 // not walk or that does not fit the first fragment) is handed up complete
 // with no checksum verdict (Endpoint.deliverUnverified), so gVisor checks
@@ -100,6 +102,13 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		off, more = int(fo&0x1FFF)*8, fo&0x2000 != 0
 	}
 	end := off + len(payload)
+	if end == off {
+		// A fragment without payload: gVisor drops it before reassembly
+		// (ipv4.go HandlePacket, ipv6.go processFragmentExtHdr), so it
+		// never completes a datagram here either.
+		p.DecRef()
+		return nil, false, 1
+	}
 	now := c.now()
 	dropped += c.expire(now)
 	st := c.table[k]
@@ -134,7 +143,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 	if st.total < 0 || len(st.spans) != 1 || st.spans[0] != [2]int{0, st.total} {
 		// Incomplete: keep holding, within bounds.
 		for len(c.order) > fragTrackers || c.bytes > fragMaxBytes {
-			dropped += c.drop(c.order[0])
+			dropped += c.drop(c.victim())
 		}
 		return nil, false, dropped
 	}
@@ -224,6 +233,40 @@ func (c *fragCheck) drop(k fragKey) int {
 		q.DecRef()
 	}
 	return len(st.held)
+}
+
+// victim picks the datagram to drop when the table is full: the oldest of
+// the source holding the most bytes, so that one peer flooding first
+// fragments evicts its own datagrams and not another peer's (review-checklist
+// class 2). It runs only when the table is full (at most fragTrackers+1
+// entries).
+func (c *fragCheck) victim() fragKey {
+	var srcs [fragTrackers + 1]struct {
+		src   [16]byte
+		bytes int
+	}
+	n, most := 0, -1
+	for _, k := range c.order {
+		i := 0
+		for i < n && srcs[i].src != k.src {
+			i++
+		}
+		if i == n && n < len(srcs) {
+			srcs[n].src, n = k.src, n+1
+		}
+		if i < n {
+			srcs[i].bytes += c.table[k].bytes
+			if most < 0 || srcs[i].bytes > srcs[most].bytes {
+				most = i
+			}
+		}
+	}
+	for _, k := range c.order {
+		if most >= 0 && k.src == srcs[most].src {
+			return k
+		}
+	}
+	return c.order[0]
 }
 
 func (c *fragCheck) remove(k fragKey) {

@@ -141,7 +141,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
-	src, err := s.listenTCPBuf(SourcePort, sourceReceiveBuffer)
+	src, err := s.listenTCPBuf(SourcePort, sourceReceiveBuffer, sourceSendBuffer)
 	if err != nil {
 		return err
 	}

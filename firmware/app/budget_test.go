@@ -63,8 +63,9 @@ func TestTCPBuffersBounded(t *testing.T) {
 	if err := r.srv.Stack.TransportProtocolOption(tcp.ProtocolNumber, &rb); err != nil {
 		t.Fatal(err)
 	}
-	if sb.Max != TCPSendBufferSize || rb.Max != TCPReceiveBufferSize {
-		t.Fatalf("stack TCP buffers: send %+v receive %+v, want maxima of %d and %d", sb, rb, TCPSendBufferSize, TCPReceiveBufferSize)
+	if sb.Default != TCPSendBufferSize || sb.Max != sourceSendBuffer || rb.Max != TCPReceiveBufferSize {
+		t.Fatalf("stack TCP buffers: send %+v receive %+v, want send %d (the source's %d at most), receive at most %d",
+			sb, rb, TCPSendBufferSize, sourceSendBuffer, TCPReceiveBufferSize)
 	}
 	// The clients' stack is in this process too: a 16 KiB receive buffer
 	// keeps what it holds out of the figure.
@@ -74,7 +75,7 @@ func TestTCPBuffersBounded(t *testing.T) {
 	before := liveHeap()
 	// Each connection: the server's send buffer, the client's receive
 	// buffer and both ends' overhead.
-	limit := before + n*(TCPSendBufferSize+16<<10+2*connOverhead)
+	limit := before + n*(sourceSendBuffer+16<<10+2*connOverhead)
 	for range n {
 		c := r.dial(t, SourcePort)
 		fmt.Fprintf(c, "%d\n", int64(1)<<40)

@@ -3,6 +3,8 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -39,14 +41,16 @@ func (s *Server) endpoint(proto tcpip.TransportProtocolNumber, port uint16) (tcp
 }
 
 // listenTCP listens on TCP port of the server's NIC (see endpoint).
-func (s *Server) listenTCP(port uint16) (*gonet.TCPListener, error) {
-	return s.listenTCPBuf(port, 0)
+func (s *Server) listenTCP(port uint16) (net.Listener, error) {
+	return s.listenTCPBuf(port, 0, 0)
 }
 
 // listenTCPBuf is listenTCP with the receive buffer of every accepted
 // connection set to rcvBuf (0: the stack's default): gVisor gives an
-// accepted connection its listener's receive buffer.
-func (s *Server) listenTCPBuf(port uint16, rcvBuf int) (*gonet.TCPListener, error) {
+// accepted connection its listener's receive buffer; and its send buffer
+// to sndBuf (0: the stack's default), which gVisor does not inherit, so
+// Accept sets it on each connection (sendBufListener).
+func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, error) {
 	ep, wq, err := s.endpoint(tcp.ProtocolNumber, port)
 	if err != nil {
 		return nil, fmt.Errorf("app: listen TCP %d: %w", port, err)
@@ -58,7 +62,54 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf int) (*gonet.TCPListener, erro
 		ep.Close()
 		return nil, fmt.Errorf("app: listen TCP %d: %s", port, terr)
 	}
+	if sndBuf > 0 {
+		return &sendBufListener{ep: ep, wq: wq, sndBuf: int64(sndBuf), closed: make(chan struct{})}, nil
+	}
 	return gonet.NewTCPListener(s.Stack, wq, ep), nil
+}
+
+// sendBufListener is gonet's TCPListener whose Accept sets each accepted
+// connection's send buffer.
+type sendBufListener struct {
+	ep     tcpip.Endpoint
+	wq     *waiter.Queue
+	sndBuf int64
+	once   sync.Once
+	closed chan struct{}
+}
+
+// Accept waits for a connection, sets its send buffer and returns it.
+func (l *sendBufListener) Accept() (net.Conn, error) {
+	we, ready := waiter.NewChannelEntry(waiter.ReadableEvents)
+	l.wq.EventRegister(&we)
+	defer l.wq.EventUnregister(&we)
+	for {
+		n, wq, err := l.ep.Accept(nil)
+		if err == nil {
+			n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
+			return gonet.NewTCPConn(wq, n), nil
+		}
+		if _, ok := err.(*tcpip.ErrWouldBlock); !ok {
+			return nil, fmt.Errorf("app: accept: %s", err)
+		}
+		select {
+		case <-ready:
+		case <-l.closed:
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// Close stops listening.
+func (l *sendBufListener) Close() error {
+	l.once.Do(func() { close(l.closed); l.ep.Close() })
+	return nil
+}
+
+// Addr returns the listening address.
+func (l *sendBufListener) Addr() net.Addr {
+	a, _ := l.ep.GetLocalAddress()
+	return &net.TCPAddr{IP: net.IP(a.Addr.AsSlice()), Port: int(a.Port)}
 }
 
 // listenUDP binds UDP port of the server's NIC (see endpoint).

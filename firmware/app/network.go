@@ -251,7 +251,7 @@ func newBareStack(ep stack.LinkEndpoint, mac [6]byte, nanotime func() int64) (*s
 	// Every connection's buffers from the memory budget (budget.go), not
 	// gVisor's defaults (1 MiB, growing to 4 MiB: 64 never-reading source
 	// clients pinned 250 MiB).
-	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: TCPSendBufferSize, Max: TCPSendBufferSize}
+	sb := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: TCPSendBufferSize, Max: sourceSendBuffer}
 	rb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: TCPReceiveBufferSize, Max: TCPReceiveBufferSize}
 	if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, &sb); err != nil {
 		return nil, fmt.Errorf("app: TCP send buffer: %v", err)
