@@ -162,13 +162,20 @@ func (n *NIC) postRx(id uint32) {
 func (n *NIC) minInline(head []byte, total int) int {
 	need := MinInlineL2
 	if n.caps.WQEInlineMode == 1 && n.caps.MinInlineMode >= 2 {
-		if h, err := pkt.Parse(head); err == nil {
+		h, err := pkt.Parse(head)
+		switch {
+		case err == nil:
 			need = max(need, h.L4)
-			if n.caps.MinInlineMode >= 3 && h.Proto == pkt.ProtoTCP && len(head) >= h.L4+13 {
+			if n.caps.MinInlineMode >= 3 && h.Proto == pkt.ProtoTCP {
+				if len(head) < h.L4+13 {
+					return -1 // the TCP header's length is past the scratch
+				}
 				need = max(need, h.L4+int(head[h.L4+12]>>4)*4)
 			} else if n.caps.MinInlineMode >= 3 && h.Proto == pkt.ProtoUDP {
 				need = max(need, h.L4+8)
 			}
+		case errors.Is(err, pkt.ErrTruncated) && len(head) < total:
+			return -1 // headers run past the scratch: their end is unknown
 		}
 	}
 	return min(need, total)
@@ -201,13 +208,21 @@ func (n *NIC) Transmit(frags [][]byte, csum bool, cookie any) error {
 	// Gather the inline part into scratch, the rest as views.
 	head := n.sq.scr[:0]
 	rest := n.sq.data[:0]
-	want := 200 // enough for any header the inline mode asks for
 	for _, f := range frags {
-		if k := min(len(f), want-len(head)); k > 0 {
+		if k := min(len(f), len(n.sq.scr)-len(head)); k > 0 {
 			head = append(head, f[:k]...)
 		}
 	}
 	ihs := n.minInline(head, total)
+	if ihs > len(head) || ihs < 0 {
+		// The headers the inline mode needs run past the scratch (a
+		// chain of IPv6 extension headers): refused, never sent with
+		// bytes the frame does not have (a review found stale scratch
+		// bytes inlined from byte 200 on).
+		n.stats.TxBadPacket++
+		n.mu.Unlock()
+		return fmt.Errorf("%w: headers past the %d-byte inline scratch", ErrBadPacket, len(n.sq.scr))
+	}
 	skip := ihs
 	for _, f := range frags {
 		if skip >= len(f) {
