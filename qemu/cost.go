@@ -270,8 +270,11 @@ func NewCachePlugin(root, dir, elfPath, board string, marks ...string) (*CachePl
 		p.args = append(p.args, "outer=1", fmt.Sprintf("pl310=%#x", p.SoC.PL310Base))
 		// QEMU 7.2's sabrelite has no PL310 (CACHE_ID reads 0, so the
 		// firmware maintains L1 only: board/sabrelite EnableL2): the
-		// plugin applies each by-MVA line operation to the PL310's line
-		// as dma.TwoLevel does on silicon.
+		// plugin adds to each by-MVA range operation what dma.TwoLevel
+		// does on silicon: the PL310 line operation with its strongly
+		// ordered register store per line (a device access), the second
+		// inner pass of an invalidate, and CACHE_SYNC (cachemodel.c
+		// mirror_line, mirror_sync).
 		p.args = append(p.args, "pl310mirror=1")
 	}
 	for _, r := range mm.Cacheable() {

@@ -27,11 +27,10 @@
  *                    clean, inv, cleaninv (every line of [start, end)) or
  *                    invrange (partial lines cleaned and invalidated)
  *   pl310=BASE       the PL310 register block's physical address
- *   pl310mirror=1    apply each by-MVA operation to the PL310's line too,
- *                    as dma.TwoLevel does on silicon (for QEMU 7.2's
- *                    sabrelite, which has no PL310: the firmware finds none
- *                    and maintains L1 only); the second L1 pass of an
- *                    invalidate and the CACHE_SYNC accesses are not added
+ *   pl310mirror=1    add what dma.TwoLevel does on silicon with a PL310
+ *                    to each by-MVA routine (for QEMU 7.2's sabrelite,
+ *                    which has no PL310: the firmware finds none and
+ *                    maintains L1 only): see mirror_line and mirror_sync
  *   mark=ADDR        an instruction whose execution snapshots every counter
  *                    (the guest microbenchmark's phase boundaries)
  *
@@ -95,7 +94,8 @@ struct cache {
 	X(unc_read) X(unc_write) X(dev_read) X(dev_write) X(dccmvac) X(dcimvac)            \
 	X(dccimvac) X(dccmvau) X(setway) X(maint_l1_wb) X(maint_l2_wb) X(mva_unknown)        \
 	X(mva_mismatch) X(mva_leftover) X(pl310_clean) X(pl310_inv) X(pl310_cleaninv)      \
-	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pa_mismatch) X(no_hwaddr) X(marks_dropped)
+	X(pl310_way) X(pl310_sync) X(pl310_bad) X(pl310_mirror_dev) X(pa_mismatch) X(no_hwaddr) \
+	X(marks_dropped)
 #define ENUM(n) C_##n,
 #define NAME(n) #n,
 enum { COUNTERS(ENUM) NCOUNT };
@@ -182,6 +182,7 @@ static void l2_write(struct model *m, uint64_t pa, bool fromstore) {
 			m->c[C_dram_write]++;
 		}
 		if (fromstore) m->c[C_dram_read]++; /* the rest of the line */
+		if (m->lastwt == line + 1) m->lastwt = 0;
 		c->tag[s] = line + 1;
 		c->dirty[s] = 1;
 		touch(c, s);
@@ -208,6 +209,11 @@ static void l2_read(struct model *m, uint64_t pa) {
 	}
 	m->c[C_l2_read_miss]++;
 	m->c[C_dram_read]++;
+	/* The fill reads the line from DRAM, so a write to it still in the
+	 * store buffer has drained before it (a core's read of a location
+	 * returns its own earlier write to it: ARMv7 ARM A3.8, "Memory access
+	 * order"); a later store to the line is a new DRAM write. */
+	if (m->lastwt == line + 1) m->lastwt = 0;
 	s = victim(c, line);
 	if (c->tag[s] && c->dirty[s]) {
 		m->c[C_l2_evict_wb]++;
@@ -317,6 +323,44 @@ static void pl310_op(struct model *m, int op, uint64_t pa) {
 	l2_op(m, op, pa);
 }
 
+/*
+ * With pl310mirror=1 the firmware ran with no PL310 (QEMU 7.2's sabrelite)
+ * and each range operation was one by-MVA routine: dcacheClean,
+ * dcacheCleanInvalidate, or dcacheInvalidateRange (dma.ARMv7Cache and
+ * l1Sync with Outer nil). On the i.MX6Q the same operation runs
+ * dma.TwoLevel (dma/outer.go) over the same 32-byte lines (the Cortex-A9's
+ * line is dma.InnerLine and dma.PL310Line), and does in addition:
+ *  - per line, one store to the PL310's by-PA register (dma/pl310.go
+ *    lineOp, Invalidate: one Regs.Write32 each; L2C-310 TRM r3p3 3.3.10,
+ *    0x7B0 clean, 0x770 invalidate, 0x7F0 clean and invalidate, the
+ *    partial lines of an invalidate clean and invalidate): a strongly
+ *    ordered device access, counted as dev_write;
+ *  - for an invalidate, a second inner pass over the same lines with the
+ *    same operations (TwoLevel.Invalidate: innerInvalidate again after the
+ *    outer pass), counted as by-MVA operations;
+ *  - per range operation, CACHE_SYNC (dma/pl310.go Sync): one store to
+ *    0x730 and at least one read of it, counted as one dev_write and one
+ *    dev_read (the fewest polls: the drain's length is not modelled).
+ * pl310_mirror_dev counts the device accesses added, so that a report can
+ * tell them from the ones the guest made. The instructions of TwoLevel's
+ * Go loops (interface calls, mmio.Regs.Write32 per line) are not added.
+ */
+static void mirror_line(struct model *m, int op, uint64_t pa, bool invalidate) {
+	pl310_op(m, op, pa);
+	m->c[C_dev_write]++;
+	m->c[C_pl310_mirror_dev]++;
+	/* The second inner pass finds the line gone (nothing runs between
+	 * the passes in the model); it is executed and counted all the same. */
+	if (invalidate) cp15_op(m, op, pa);
+}
+
+static void mirror_sync(struct model *m) {
+	m->c[C_pl310_sync]++;
+	m->c[C_dev_write]++;
+	m->c[C_dev_read]++;
+	m->c[C_pl310_mirror_dev] += 2;
+}
+
 static enum policy parse_policy(const char *s, int *ok) {
 	*ok = 1;
 	if (!strcmp(s, "lru")) return POL_LRU;
@@ -346,7 +390,11 @@ static void print_counters(FILE *f, const char *prefix, const uint64_t *c) {
 /*
  * Host test driver: reads "l1 SPEC", "l2 SPEC", "outer 0|1", "wa 0|1",
  * then "r PA", "w PA", "clean PA", "inv PA", "cleaninv PA", "pclean PA",
- * "pinv PA", "pcleaninv PA", "dump"; each address a line access.
+ * "pinv PA", "pcleaninv PA", "dump"; each address a line access. The
+ * pl310mirror steps: "mclean PA", "mcleaninv PA" (a clean or clean and
+ * invalidate routine's line), "minv PA", "mpartial PA" (an invalidate's
+ * whole and partial lines) each do the MCR and its mirror_line; "msync 0"
+ * ends the range operation.
  */
 int main(void) {
 	static struct model m;
@@ -382,6 +430,13 @@ int main(void) {
 			pl310_op(&m, OP_INV, a);
 		} else if (!strcmp(cmd, "pcleaninv")) {
 			pl310_op(&m, OP_CLEANINV, a);
+		} else if (!strcmp(cmd, "mclean") || !strcmp(cmd, "mcleaninv") || !strcmp(cmd, "minv") || !strcmp(cmd, "mpartial")) {
+			int op = !strcmp(cmd, "mclean") ? OP_CLEAN : !strcmp(cmd, "minv") ? OP_INV : OP_CLEANINV;
+			bool inval = !strcmp(cmd, "minv") || !strcmp(cmd, "mpartial");
+			cp15_op(&m, op, a);
+			mirror_line(&m, op, a, inval);
+		} else if (!strcmp(cmd, "msync")) {
+			mirror_sync(&m);
 		} else if (!strcmp(cmd, "dump")) {
 			print_counters(stdout, "", m.c);
 			printf("end\n");
@@ -572,6 +627,7 @@ static void entered(unsigned int vcpu, void *ud) {
 	if (run.routine && (run.ipre < run.npre || run.cur < run.end)) model.c[C_mva_leftover]++;
 	memset(&run, 0, sizeof run);
 	run.routine = (int)(uintptr_t)ud;
+	if (mirror && model.outer) mirror_sync(&model); /* each range operation's CACHE_SYNC */
 }
 
 /* mcr is an executed MCR p15,0,Rt,c7,CRm,opc2: ud holds CRm | opc2<<4 |
@@ -611,7 +667,7 @@ static void mcr(unsigned int vcpu, void *ud) {
 	}
 	if (want != op) model.c[C_mva_mismatch]++;
 	cp15_op(&model, op, line);
-	if (mirror && model.outer) pl310_op(&model, op, line);
+	if (mirror && model.outer) mirror_line(&model, op, line, kind == R_INVRANGE);
 }
 
 static void marked(unsigned int vcpu, void *ud) {
