@@ -263,6 +263,38 @@ func Apply(b Bus, c Config) error {
 	sa := SA()
 	b.Write32(CSU_SA, sa&0x55555555)
 	b.Write32(CSU_SA, sa)
+	// Read everything back: a lock an earlier boot stage set keeps a field
+	// read-only until reset (IMX6ULLRM CSU chapter, CSU_CSLn and CSU_SA
+	// lock bits), so a write can be lost without a word. The caller must
+	// not start the Normal World on an error (a review found an OCOTP_CTRL
+	// slot pre-locked open would have been reported as locked).
+	want := []struct {
+		name       string
+		addr, mask uint32
+		val        uint32
+	}{
+		{"TZASC region 1 low", tzascRegionLow0 + 0x10, 0xffffffff, c.NormalStart},
+		{"TZASC region 1 attributes", tzascRegionAttrs0 + 0x10, 0xffffffff, attrs},
+		{"TZASC region 0 attributes", tzascRegionAttrs0, 0xf << 28, spSecureRW << 28},
+		{"TZASC lockdown range", TZASC_LOCKDOWN_RANGE, 0xffffffff, lockdownRange},
+		{"TZASC lockdown select", TZASC_LOCKDOWN_SELECT, 0xffffffff, lockdownSelect},
+		{"IOMUXC_GPR_GPR1 TZASC1 boot lock", IOMUXC_GPR_GPR1, gpr1TZASC1BootLock, gpr1TZASC1BootLock},
+		{"IOMUXC_GPR_GPR10", IOMUXC_GPR_GPR10, mask, val},
+		{"CSU_SA", CSU_SA, 0xffffffff, sa},
+	}
+	for i, v := range CSL() {
+		want = append(want, struct {
+			name       string
+			addr, mask uint32
+			val        uint32
+		}{fmt.Sprintf("CSU_CSL%d", i), CSU_CSL0 + 4*uint32(i), 0xffffffff, v})
+	}
+	for _, w := range want {
+		if got := b.Read32(w.addr); got&w.mask != w.val&w.mask {
+			return fmt.Errorf("tzplan: %s (%#x) reads %#x after programming, want %#x under mask %#x: locked by an earlier boot stage?",
+				w.name, w.addr, got, w.val, w.mask)
+		}
+	}
 	return nil
 }
 
