@@ -35,12 +35,18 @@ import (
 // through QEMU's ivshmem-plain (its BAR2 is the model's BAR0, a shared
 // file) and the guest RAM shared as a file.
 
-// CXGuest is the firmware's ConnectX address (firmware/mcimx7d's default
-// CXIP) and CXPeer the address the host-side peer stack takes.
+// CXGuest is the firmware's ConnectX address (its static CXIP, set by
+// CosimXFlags) and CXPeer the address the host-side peer stack takes.
 const (
 	CXGuest = "10.0.3.1"
 	CXPeer  = "10.0.3.2"
 )
+
+// CosimXFlags are the linker -X settings of the co-simulation's firmware:
+// the ConnectX takes DHCP by default, but the wire peer (WirePeer, a
+// gVisor stack) runs no DHCP server, so the co-simulation builds the
+// ConnectX static at CXGuest.
+var CosimXFlags = []string{"main.CXDHCP=off", "main.CXIP=" + CXGuest + "/24"}
 
 // CosimArgs are the QEMU arguments (besides Boards' mcimx7d ones) that
 // back the guest RAM with dir/ram and put an ivshmem-plain function with a

@@ -25,7 +25,7 @@ var cosimBytes = flag.Int64("cosim.bytes", 0, "bytes TestConnectXCosim moves eac
 // peer stack on its wire.
 func cosim(t *testing.T) (*Machine, *CXSim, *WirePeer) {
 	t.Helper()
-	elf := firmware(t, "mcimx7d")
+	elf := firmware(t, "mcimx7d", CosimXFlags...)
 	root, _ := filepath.Abs("..")
 	dir, err := tempDir()
 	if err != nil {
@@ -329,7 +329,7 @@ func TestConnectXNoCard(t *testing.T) {
 // the model a second later; the firmware waits for the init segment and
 // brings the ConnectX up.
 func TestConnectXCosimModelLate(t *testing.T) {
-	elf := firmware(t, "mcimx7d")
+	elf := firmware(t, "mcimx7d", CosimXFlags...)
 	root, _ := filepath.Abs("..")
 	dir, err := tempDir()
 	if err != nil {
@@ -447,7 +447,7 @@ func normalizeArgs(args []string, dir string) []string {
 // TestMakefileCXIP: make firmware passes CX_IP to the firmware's CXIP
 // (the ConnectX interface's address, issue 20), as it passes IP and
 // GATEWAY to ENET1's, and passes nothing without it (the firmware's
-// default 10.0.3.1/24 stands).
+// default, DHCP, stands).
 func TestMakefileCXIP(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")

@@ -3,19 +3,27 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tamanic/tamanic/board/mcimx7d"
 	"github.com/tamanic/tamanic/connectx"
+	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/firmware/internal/cxnic"
 	"github.com/tamanic/tamanic/pcie"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // Build-time settings of the ConnectX interface.
 var (
-	// CXIP is the ConnectX interface's address and prefix.
-	CXIP = "10.0.3.1/24"
+	// CXIP is the ConnectX interface's static address and prefix
+	// ("10.0.3.1/24"); empty, the default: DHCP, its own client. CXGateway
+	// is its static gateway (the default route stays with the interface
+	// that first has one: ENET1's, as a rule). CXDHCP is "on", "off" or
+	// empty, as app.BuildDHCP: "on" with CXIP falls back to CXIP without a
+	// lease. They are read as app.ParseNetConfig reads ENET1's.
+	CXIP      = ""
+	CXGateway = ""
+	CXDHCP    = ""
 	// CXMode is its initial TX mode: "tso" (the card segments: LSO) or
 	// "sg" (no LSO; checksums still offloaded).
 	CXMode = "tso"
@@ -25,14 +33,19 @@ var (
 const cxNIC = 3
 
 // addConnectX brings up the first ConnectX function on rc's bus (or an
-// ivshmem function standing in for one) as NIC 3 of s and serves on it
+// ivshmem function standing in for one) as NIC 3 of n's stack, takes its
+// address (DHCP or static, CXIP) and serves on it
 // (firmware/internal/cxnic). It returns nil, nil when there is none.
-func addConnectX(s *stack.Stack, rc *pcie.RC, boot time.Time) (*cxnic.Controls, error) {
+func addConnectX(n *app.Network, rc *pcie.RC, boot time.Time) (*cxnic.Controls, error) {
 	d, transport, bar := mcimx7d.FindConnectX(rc.Devices())
 	if d == nil {
 		return nil, nil
 	}
-	return cxnic.Add(s, cxnic.Options{NIC: cxNIC, IP: CXIP, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds},
+	cfg, err := app.ParseNetConfig(CXIP, CXGateway, CXDHCP)
+	if err != nil {
+		return nil, fmt.Errorf("connectx: %w", err)
+	}
+	return cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds},
 		func() (cxnic.Card, error) {
 			nic, w, err := mcimx7d.ConnectX(rc, d, transport, bar, connectx.Config{CmdTimeout: cxnic.CmdTimeout})
 			if err != nil {

@@ -18,15 +18,17 @@
 //
 // When a ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the
 // bus, or QEMU's ivshmem-plain (1af4:1110) whose BAR2 is a ConnectX BAR0
-// served by tamanic-cxsim, it becomes NIC 3, polled, with its own address
-// and services; /stats reports it under nic.connectx, with its transport
-// ("CONNECTX ip=... transport=..." on the console, or "CONNECTX none").
+// served by tamanic-cxsim, it becomes NIC 3, polled, with its own address,
+// taken by DHCP in the same way, and services; /stats reports it under
+// nic.connectx, with its transport, and its lease under ipv4.interfaces
+// ("CONNECTX ip=... transport=..." on the console once it has its address,
+// or "CONNECTX none").
 //
 // ENET1's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware IP=10.0.0.1/24 GATEWAY=10.0.0.2. The
 // 82574L's likewise, with its own variables (E1000EIP, E1000EGateway,
-// E1000EDHCP, read as app.ParseNetConfig reads ENET1's); the ConnectX's is
-// static (firmware/internal/cxnic binds its services to it):
+// E1000EDHCP, read as app.ParseNetConfig reads ENET1's), and the
+// ConnectX's (CXIP, CXGateway, CXDHCP); static, for example:
 //
 //	-ldflags "-X main.E1000EIP=10.0.2.1/24 -X main.CXIP=10.0.3.1/24"
 package main
@@ -190,7 +192,7 @@ func main() {
 }
 
 // attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the
-// bus to s, each with its own services. Their errors are reported on the
+// bus to n's stack, each with its own address and services. Their errors are reported on the
 // console, not fatal: ENET1 still serves.
 func attach(n *app.Network, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxnic.Controls) {
 	if rc == nil {
@@ -205,7 +207,7 @@ func attach(n *app.Network, rc *pcie.RC, boot time.Time) (*e1000eControls, *cxni
 		}
 		e1 = c
 	}
-	cx, err := addConnectX(n.Stack, rc, boot)
+	cx, err := addConnectX(n, rc, boot)
 	switch {
 	case err != nil:
 		fmt.Printf("CONNECTX error=%q\n", err.Error())

@@ -10,17 +10,20 @@
 // On silicon the PCIe root complex is brought up first (its link and
 // devices on "PCIE ..." lines and in /stats under nic.pcie). When a
 // ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the bus it
-// becomes NIC 2 of the stack, polled, with its own address and services
-// (firmware/internal/cxnic); /stats reports it under nic.connectx
-// ("CONNECTX ip=... transport=pcie-15b3" on the console). Otherwise one
+// becomes NIC 2 of the stack, polled, with its own address (by DHCP, its
+// own client, like the ENET's) and services (firmware/internal/cxnic);
+// /stats reports it under nic.connectx and its lease under
+// ipv4.interfaces ("CONNECTX ip=... transport=pcie-15b3" on the console
+// once it has its address). Otherwise one
 // "CONNECTX none: ..." line says why: under QEMU, whose sabrelite machine
 // has no PCIe, no link, or no such function on the bus. The ENET serves
 // in every case.
 //
 // The ENET's address comes by DHCP, or is static when built so (see
 // app.BuildNetConfig): make firmware BOARD=... IP=10.0.0.1/24 GATEWAY=10.0.0.2.
-// The ConnectX's is set at build time: make firmware BOARD=sabrelite CX_IP=10.0.3.1/24
-// (-ldflags "-X main.CXIP=...").
+// The ConnectX's likewise, with its own variables (CXIP, CXGateway, CXDHCP,
+// read as app.ParseNetConfig reads the ENET's); static:
+// make firmware BOARD=sabrelite CX_IP=10.0.3.1/24 (-ldflags "-X main.CXIP=...").
 package main
 
 import (
@@ -32,18 +35,25 @@ import (
 	"github.com/tamanic/tamanic/board/sabrelite"
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/fec"
+	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/firmware/internal/cxnic"
 	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/pcie"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // Build-time settings.
 var (
 	// Mode is the TX mode at boot (-ldflags "-X main.Mode=sg").
 	Mode = "tso"
-	// CXIP is the ConnectX interface's address and prefix.
-	CXIP = "10.0.3.1/24"
+	// CXIP is the ConnectX interface's static address and prefix
+	// ("10.0.3.1/24"); empty, the default: DHCP, its own client. CXGateway
+	// is its static gateway (the default route stays with the interface
+	// that first has one: the ENET's, as a rule). CXDHCP is "on", "off" or
+	// empty, as app.BuildDHCP: "on" with CXIP falls back to CXIP without a
+	// lease.
+	CXIP      = ""
+	CXGateway = ""
+	CXDHCP    = ""
 	// CXMode is its initial TX mode: "tso" (the card segments: LSO) or
 	// "sg" (no LSO; checksums still offloaded).
 	CXMode = "tso"
@@ -96,8 +106,8 @@ func main() {
 			return n, nil
 		},
 		Nanotime: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds, Interrupts: sabrelite.Interrupts,
-		Attach: func(s *stack.Stack, boot time.Time) error {
-			cx = attach(s, rc, rep, boot)
+		AttachNet: func(n *app.Network, boot time.Time) error {
+			cx = attach(n, rc, rep, boot)
 			return nil
 		},
 		Stats: func() map[string]any {
@@ -117,10 +127,10 @@ func main() {
 	}, fwmain.Settings{Mode: Mode})
 }
 
-// attach adds the ConnectX found on rc's bus to s as NIC 2 with its own
-// services. Its absence or its error is one line on the console, not
-// fatal: the ENET still serves.
-func attach(s *stack.Stack, rc *pcie.RC, rep sabrelite.PCIeReport, boot time.Time) *cxnic.Controls {
+// attach adds the ConnectX found on rc's bus to n's stack as NIC 2 with its
+// own address and services. Its absence or its error is one line on the
+// console, not fatal: the ENET still serves.
+func attach(n *app.Network, rc *pcie.RC, rep sabrelite.PCIeReport, boot time.Time) *cxnic.Controls {
 	if rc == nil {
 		fmt.Printf("CONNECTX none: no PCIe link (%s)\n", rep.Error)
 		return nil
@@ -130,7 +140,12 @@ func attach(s *stack.Stack, rc *pcie.RC, rep sabrelite.PCIeReport, boot time.Tim
 		fmt.Println("CONNECTX none: no Mellanox 15b3 mlx5 function on the bus")
 		return nil
 	}
-	cx, err := cxnic.Add(s, cxnic.Options{NIC: cxNIC, IP: CXIP, Mode: CXMode, Clock: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds},
+	cfg, err := app.ParseNetConfig(CXIP, CXGateway, CXDHCP)
+	if err != nil {
+		fmt.Printf("CONNECTX error=%q\n", "connectx: "+err.Error())
+		return nil
+	}
+	cx, err := cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds},
 		func() (cxnic.Card, error) {
 			nic, w, err := sabrelite.ConnectX(rc, d, connectx.Config{})
 			if err != nil {

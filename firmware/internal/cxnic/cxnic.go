@@ -2,9 +2,9 @@
 
 // Package cxnic brings a ConnectX function up as an extra interface of a
 // firmware's gVisor stack, the same way on every board with a PCIe root
-// complex (firmware/mcimx7d, firmware/sabrelite): its own address and
-// route, its own instance of the services of package app, the card's
-// health counter watched, and its /stats member. How the card is found
+// complex (firmware/mcimx7d, firmware/sabrelite): its own address (by
+// DHCP, or static) and route, its own instance of the services of package
+// app, the card's health counter watched, and its /stats member. How the card is found
 // and its BAR0 reached (the transport, the window) is the board's: Add
 // is handed a function that opens the card.
 package cxnic
@@ -12,8 +12,7 @@ package cxnic
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +20,6 @@ import (
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/netstack"
 	"github.com/tamanic/tamanic/pcie"
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // Health check: the card advances the init segment's health counter
@@ -52,41 +46,6 @@ const (
 	healthFailMisses = 24
 )
 
-// HWTSOMode is the app.Controls mode switch of a NIC that segments in
-// hardware: "tso" turns host GSO (hardware TSO/LSO) on for connections
-// established from now on, "sg" turns it off; there is no bounce mode and
-// no copybreak.
-type HWTSOMode struct {
-	Name string
-	EP   *netstack.Endpoint
-	// Idle is the board's idle time (app.Controls.IdleNanoseconds).
-	Idle func() int64
-}
-
-// SetMode implements app.Controls.
-func (c HWTSOMode) SetMode(tx string, _ *int) error {
-	switch tx {
-	case "tso":
-		c.EP.SetTSO(true)
-	case "sg":
-		c.EP.SetTSO(false)
-	default:
-		return fmt.Errorf("%s: unknown tx mode %q (want sg or tso)", c.Name, tx)
-	}
-	return nil
-}
-
-// Mode implements app.Controls.
-func (c HWTSOMode) Mode() (string, int) {
-	if c.EP.TSO() {
-		return "tso", 0
-	}
-	return "sg", 0
-}
-
-// IdleNanoseconds implements app.Controls.
-func (c HWTSOMode) IdleNanoseconds() int64 { return c.Idle() }
-
 // Card is a ConnectX function the board has opened.
 type Card struct {
 	NIC *connectx.NIC
@@ -96,19 +55,6 @@ type Card struct {
 	Transport string // e.g. "pcie-15b3", "ivshmem"
 	BDF       pcie.BDF
 	BAR0      uint64 // bus address of BAR0
-}
-
-// Options are a board's settings of the interface.
-type Options struct {
-	// NIC is the interface's NIC ID in the stack.
-	NIC tcpip.NICID
-	// IP is its address and prefix ("10.0.3.1/24"); Mode its initial TX
-	// mode: "tso" (the card segments: LSO) or "sg" (no LSO; checksums
-	// still offloaded).
-	IP, Mode string
-	// Clock and Idle are the board's clock and idle time.
-	Clock func() int64
-	Idle  func() int64
 }
 
 // Controls implements app.Controls for the ConnectX: "tso" is the card's
@@ -202,30 +148,25 @@ func (c *Controls) watch(w *pcie.Window) {
 }
 
 // Add opens the card (open is the board's bring-up of the function it
-// found) and adds it to s as NIC o.NIC, with its address, a route to its
-// subnet ahead of the others, an IPv6 link-local address and its own
-// services, and prints its CONNECTX line.
+// found) and adds it to n's stack as NIC o.NIC, with an IPv6 link-local
+// address, its IPv4 address taken as o.Net says (by default its own DHCP
+// client, reported in /stats under ipv4 and in NIC 1's under
+// ipv4.interfaces; or static, CXIP) and its own services, bound to the NIC
+// so that they follow the address it takes, and prints its CONNECTX line
+// with that address (see serve).
 //
 // A failure after the card is up closes it again (and removes its NIC from
 // the stack, if it was added), so nothing is left half-initialised: the
 // card's queues torn down and its pages taken back, bus mastering off.
-func Add(s *stack.Stack, o Options, open func() (Card, error), boot time.Time) (_ *Controls, err error) {
-	addr, err := netip.ParsePrefix(o.IP)
-	if err != nil || !addr.Addr().Is4() {
-		return nil, fmt.Errorf("connectx: address %q: want an IPv4 prefix (%v)", o.IP, err)
-	}
+func Add(n *app.Network, o Options, open func() (Card, error), boot time.Time) (_ *Controls, err error) {
 	card, err := open()
 	if err != nil {
 		return nil, err
 	}
 	nic := card.NIC
-	added := false
 	defer func() {
 		if err == nil {
 			return
-		}
-		if added {
-			s.RemoveNIC(o.NIC)
 		}
 		if cerr := nic.Close(); cerr != nil {
 			err = fmt.Errorf("%w (and closing the card: %v)", err, cerr)
@@ -236,36 +177,17 @@ func Add(s *stack.Stack, o Options, open func() (Card, error), boot time.Time) (
 	if err != nil {
 		return nil, err
 	}
-	if err := s.CreateNIC(o.NIC, ep); err != nil {
-		return nil, fmt.Errorf("connectx: CreateNIC: %v", err)
-	}
-	added = true
-	a4 := tcpip.AddrFrom4(addr.Addr().As4())
-	if err := s.AddProtocolAddress(o.NIC, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: a4, PrefixLen: addr.Bits()}}, stack.AddressProperties{}); err != nil {
-		return nil, fmt.Errorf("connectx: address: %v", err)
-	}
-	m := nic.MAC()
-	if err := s.AddProtocolAddress(o.NIC, tcpip.ProtocolAddress{Protocol: ipv6.ProtocolNumber,
-		AddressWithPrefix: header.LinkLocalAddr(tcpip.LinkAddress(m[:])).WithPrefix()}, stack.AddressProperties{}); err != nil {
-		return nil, fmt.Errorf("connectx: IPv6 link-local: %v", err)
-	}
-	sub, err := tcpip.NewSubnet(tcpip.AddrFrom4(addr.Masked().Addr().As4()),
-		tcpip.MaskFromBytes(net.CIDRMask(addr.Bits(), 32)))
-	if err != nil {
-		return nil, fmt.Errorf("connectx: subnet: %v", err)
-	}
-	s.SetRouteTable(append([]tcpip.Route{{Destination: sub, NIC: o.NIC}}, s.GetRouteTable()...))
 	c := &Controls{HWTSOMode: HWTSOMode{Name: "connectx", EP: ep, Idle: o.Idle}, card: card, ep: ep}
 	if err := c.SetMode(o.Mode, nil); err != nil {
 		return nil, err
 	}
-	go c.watch(card.Window)
-	srv := &app.Server{Stack: s, NIC: o.NIC, Addr: a4, Ctl: c, Boot: boot}
-	if err := srv.Start(); err != nil {
+	m := nic.MAC()
+	in, err := serve(n, o, ep, m, c, boot, os.Stdout)
+	if err != nil {
 		return nil, err
 	}
+	go c.watch(card.Window)
 	fmt.Printf("CONNECTX ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v transport=%s bdf=%v bar0=%#x lso=%v mode=%s\n",
-		addr, m[0], m[1], m[2], m[3], m[4], m[5], nic.Link(), card.Transport, card.BDF, card.BAR0, nic.Caps().MaxLSO, o.Mode)
+		in.ip, m[0], m[1], m[2], m[3], m[4], m[5], nic.Link(), card.Transport, card.BDF, card.BAR0, nic.Caps().MaxLSO, o.Mode)
 	return c, nil
 }

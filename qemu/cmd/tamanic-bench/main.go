@@ -145,7 +145,13 @@ func main() {
 		prog.plan(teeTransfers**runs, *size)
 	}
 	prog.note("building the firmware")
-	elf, err := qemu.Build(ctx, root, *out, board)
+	var xflags []string
+	if board == "mcimx7d" {
+		// The ConnectX boots are co-simulated, whose wire peer runs no
+		// DHCP server: the ConnectX static (qemu.CosimXFlags).
+		xflags = qemu.CosimXFlags
+	}
+	elf, err := qemu.Build(ctx, root, *out, board, xflags...)
 	if err != nil {
 		fail(err)
 	}
