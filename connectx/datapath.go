@@ -274,6 +274,13 @@ func (n *NIC) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie an
 	if o.MSS < tso.MinTCPMSS {
 		return bad("MSS %d", o.MSS)
 	}
+	if len(hdr)+o.MSS > n.cfg.MTU+18 {
+		// Each segment the card cuts is headers plus MSS: past the port's
+		// frame it fails the WQE, the SQ goes to error and every queued
+		// send is flushed (a review found it), so it is refused here, as
+		// Transmit refuses an oversized frame.
+		return bad("segments of %d bytes (headers %d + MSS %d) exceed the %d-byte frame", len(hdr)+o.MSS, len(hdr), o.MSS, n.cfg.MTU+18)
+	}
 	head := append(n.sq.scr[:0], hdr...)
 	data := n.sq.data[:0]
 	for _, p := range payload {
