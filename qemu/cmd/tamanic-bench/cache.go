@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/tamanic/tamanic/qemu"
@@ -103,21 +100,5 @@ func writeCacheReport(out, command string, args []string) error {
 	if err := cacheReport(&rep, runs, command); err != nil {
 		return err
 	}
-	fmt.Print(rep.String())
-	if err := os.WriteFile(out, []byte(rep.String()), 0o644); err != nil {
-		return fmt.Errorf("cache report: %w", err)
-	}
-	report := filepath.Join(filepath.Dir(out), "report.md")
-	f, err := os.OpenFile(report, os.O_APPEND|os.O_WRONLY, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cache report: %w", err)
-	}
-	defer f.Close()
-	if _, err := io.WriteString(f, rep.String()); err != nil {
-		return fmt.Errorf("cache report: appending to %s: %w", report, err)
-	}
-	return nil
+	return publish("cache report", out, rep.String())
 }

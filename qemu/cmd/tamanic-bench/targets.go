@@ -109,9 +109,16 @@ func writeTargets(out string, args []string) error {
 	}
 	var rep strings.Builder
 	targetsReport(&rep, stock, patched)
-	fmt.Print(rep.String())
-	if err := os.WriteFile(out, []byte(rep.String()), 0o644); err != nil {
-		return fmt.Errorf("targets: %w", err)
+	return publish("targets", out, rep.String())
+}
+
+// publish prints a report section, writes it to out and appends it to the
+// report.md beside out when there is one (what is the section's name, for
+// errors).
+func publish(what, out, text string) error {
+	fmt.Print(text)
+	if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	report := filepath.Join(filepath.Dir(out), "report.md")
 	f, err := os.OpenFile(report, os.O_APPEND|os.O_WRONLY, 0)
@@ -119,11 +126,11 @@ func writeTargets(out string, args []string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("targets: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer f.Close()
-	if _, err := io.WriteString(f, rep.String()); err != nil {
-		return fmt.Errorf("targets: appending to %s: %w", report, err)
+	if _, err := io.WriteString(f, text); err != nil {
+		return fmt.Errorf("%s: appending to %s: %w", what, report, err)
 	}
 	return nil
 }
