@@ -335,6 +335,25 @@ func (c CacheCounts) Sub(b CacheCounts) CacheCounts {
 	return d
 }
 
+// RequestPluginDump asks a tamanic TCG plugin (icprof.c, cachemodel.c) to
+// write its counters to dump: it creates dump.req and waits, at most 20 s,
+// for the plugin's watcher thread to write the dump and remove the request.
+func RequestPluginDump(dump string) error {
+	if err := os.WriteFile(dump+".req", nil, 0o644); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(dump + ".req"); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the plugin wrote no dump (is it loaded?)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // CacheSnapshot is one dump: the counters now and at each mark executed.
 type CacheSnapshot struct {
 	Now   CacheCounts
@@ -344,18 +363,8 @@ type CacheSnapshot struct {
 // Snapshot asks the plugin for its counters.
 func (p *CachePlugin) Snapshot() (CacheSnapshot, error) {
 	var s CacheSnapshot
-	if err := os.WriteFile(p.dump+".req", nil, 0o644); err != nil {
-		return s, err
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(p.dump + ".req"); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return s, errors.New("qemu: the cache model plugin wrote no dump (is it loaded?)")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := RequestPluginDump(p.dump); err != nil {
+		return s, fmt.Errorf("qemu: the cache model plugin: %w", err)
 	}
 	b, err := os.ReadFile(p.dump)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"debug/elf"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tamanic/tamanic/qemu"
 )
@@ -101,18 +99,8 @@ const edgeTag = 1 << 62
 // snapshot asks the plugin for its counters: instructions by translation
 // block start, and (with -callers) calls by caller and callee.
 func (p *profiler) snapshot() (map[uint64]uint64, error) {
-	if err := os.WriteFile(p.dump+".req", nil, 0o644); err != nil {
+	if err := qemu.RequestPluginDump(p.dump); err != nil {
 		return nil, err
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(p.dump + ".req"); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, errors.New("the QEMU plugin wrote no dump (is it loaded?)")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	f, err := os.Open(p.dump)
 	if err != nil {
