@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -17,9 +16,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
-	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/tamanic/tamanic/dhcp"
+	"github.com/tamanic/tamanic/internal/stacktest"
 )
 
 func TestParseNetConfig(t *testing.T) {
@@ -52,14 +51,6 @@ func TestParseNetConfig(t *testing.T) {
 	}
 }
 
-// miniServer answers every DISCOVER with an OFFER of 10.0.0.50/24 and
-// every REQUEST with an ACK, on the second stack of a pipe.
-type miniServer struct {
-	s  *stack.Stack
-	ep tcpip.Endpoint
-	wq waiter.Queue
-}
-
 func newPair(t *testing.T) (client stack.LinkEndpoint, mac [6]byte, srv *stack.Stack) {
 	mac = [6]byte{2, 0, 0, 0, 0, 0x11}
 	a, b := pipe.New(tcpip.LinkAddress(mac[:]), "\x02\x00\x00\x00\x00\x22", 1500)
@@ -74,63 +65,14 @@ func newPair(t *testing.T) (client stack.LinkEndpoint, mac [6]byte, srv *stack.S
 	return ethernet.New(a), mac, srv
 }
 
+// serveDHCP gives s the address 10.0.0.2/24 and runs a DHCP server on it
+// offering 10.0.0.50/24, router 10.0.0.2, DNS 10.0.0.3.
 func serveDHCP(t *testing.T, s *stack.Stack) {
 	if err := s.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
 		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4([4]byte{10, 0, 0, 2}), PrefixLen: 24}}, stack.AddressProperties{}); err != nil {
 		t.Fatal(err)
 	}
-	m := &miniServer{s: s}
-	ep, err := s.NewEndpoint(udp.ProtocolNumber, ipv4.ProtocolNumber, &m.wq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep.SocketOptions().SetBroadcast(true)
-	if err := ep.Bind(tcpip.FullAddress{NIC: 1, Port: dhcp.ServerPort}); err != nil {
-		t.Fatal(err)
-	}
-	m.ep = ep
-	done := make(chan struct{})
-	go m.run(done)
-	t.Cleanup(func() { ep.Close(); <-done })
-}
-
-func (m *miniServer) run(done chan struct{}) {
-	defer close(done)
-	we, ch := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
-	m.wq.EventRegister(&we)
-	defer m.wq.EventUnregister(&we)
-	for {
-		var b bytes.Buffer
-		_, err := m.ep.Read(&b, tcpip.ReadOptions{})
-		if _, ok := err.(*tcpip.ErrWouldBlock); ok {
-			<-ch
-			if m.ep.Readiness(waiter.EventHUp|waiter.EventErr) != 0 {
-				return
-			}
-			continue
-		}
-		if err != nil {
-			return
-		}
-		req, perr := dhcp.Parse(b.Bytes())
-		if perr != nil {
-			continue
-		}
-		typ := dhcp.Offer
-		if req.Type() == dhcp.Request {
-			typ = dhcp.Ack
-		}
-		r := &dhcp.Message{Op: dhcp.OpReply, XID: req.XID, Flags: req.Flags, CHAddr: req.CHAddr,
-			YIAddr: netip.MustParseAddr("10.0.0.50")}
-		r.Set(dhcp.OptMessageType, []byte{byte(typ)})
-		r.Set(dhcp.OptServerID, []byte{10, 0, 0, 2})
-		r.Set(dhcp.OptLeaseTime, []byte{0, 0, 0x0e, 0x10})
-		r.Set(dhcp.OptSubnetMask, []byte{255, 255, 255, 0})
-		r.Set(dhcp.OptRouter, []byte{10, 0, 0, 2})
-		r.Set(dhcp.OptDNS, []byte{10, 0, 0, 3})
-		out, _ := r.Marshal()
-		m.ep.Write(bytes.NewReader(out), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4([4]byte{255, 255, 255, 255}), Port: dhcp.ClientPort}})
-	}
+	stacktest.ServeDHCP(t, s, 1, netip.MustParsePrefix("10.0.0.50/24"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3"))
 }
 
 // console collects what StartNetwork prints; onLine is called per line.

@@ -1,7 +1,6 @@
 package cxnic
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,12 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tamanic/tamanic/connectx/connectxtest"
-	"github.com/tamanic/tamanic/dhcp"
-	"github.com/tamanic/tamanic/dma/dmatest"
-	"github.com/tamanic/tamanic/firmware/app"
-	"github.com/tamanic/tamanic/internal/stacktest"
-	"github.com/tamanic/tamanic/netstack"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -27,7 +20,12 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
-	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/tamanic/tamanic/connectx/connectxtest"
+	"github.com/tamanic/tamanic/dma/dmatest"
+	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/internal/stacktest"
+	"github.com/tamanic/tamanic/netstack"
 )
 
 // peer is a gVisor stack on the far end of the ConnectX model's wire: a
@@ -112,55 +110,7 @@ func (p *peer) Deliver(frame []byte) bool {
 // serveDHCP runs a DHCP server on the peer handing out 10.0.3.50/24 with
 // the router 10.0.3.2, for an hour.
 func (p *peer) serveDHCP(t *testing.T) {
-	var wq waiter.Queue
-	ep, terr := p.s.NewEndpoint(udp.ProtocolNumber, ipv4.ProtocolNumber, &wq)
-	if terr != nil {
-		t.Fatal(terr)
-	}
-	ep.SocketOptions().SetBroadcast(true)
-	if terr := ep.Bind(tcpip.FullAddress{NIC: 1, Port: dhcp.ServerPort}); terr != nil {
-		t.Fatal(terr)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		we, ch := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr)
-		wq.EventRegister(&we)
-		defer wq.EventUnregister(&we)
-		for {
-			var b bytes.Buffer
-			_, err := ep.Read(&b, tcpip.ReadOptions{})
-			if _, ok := err.(*tcpip.ErrWouldBlock); ok {
-				<-ch
-				if ep.Readiness(waiter.EventHUp|waiter.EventErr) != 0 {
-					return
-				}
-				continue
-			}
-			if err != nil {
-				return
-			}
-			req, perr := dhcp.Parse(b.Bytes())
-			if perr != nil {
-				continue
-			}
-			typ := dhcp.Offer
-			if req.Type() == dhcp.Request {
-				typ = dhcp.Ack
-			}
-			r := &dhcp.Message{Op: dhcp.OpReply, XID: req.XID, Flags: req.Flags, CHAddr: req.CHAddr,
-				YIAddr: netip.MustParseAddr("10.0.3.50")}
-			r.Set(dhcp.OptMessageType, []byte{byte(typ)})
-			r.Set(dhcp.OptServerID, []byte{10, 0, 3, 2})
-			r.Set(dhcp.OptLeaseTime, []byte{0, 0, 0x0e, 0x10})
-			r.Set(dhcp.OptSubnetMask, []byte{255, 255, 255, 0})
-			r.Set(dhcp.OptRouter, []byte{10, 0, 3, 2})
-			out, _ := r.Marshal()
-			ep.Write(bytes.NewReader(out), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: 1,
-				Addr: tcpip.AddrFrom4([4]byte{255, 255, 255, 255}), Port: dhcp.ClientPort}})
-		}
-	}()
-	t.Cleanup(func() { ep.Close(); <-done })
+	stacktest.ServeDHCP(t, p.s, 1, netip.MustParsePrefix("10.0.3.50/24"), netip.MustParseAddr("10.0.3.2"))
 }
 
 // ctl is the ConnectX's app.Controls in the test (Controls without the
