@@ -1009,7 +1009,7 @@ func (e *Endpoint) deliver(d stack.NetworkDispatcher, f Frame, addr tcpip.LinkAd
 		// given for the set fragCheck saw would then cover a mix of two
 		// datagrams (a review found "aaaaaaaa"+"g"*32 delivered); without
 		// one, gVisor checks what it reassembled.
-		ready, _, dropped := e.frag.add(b, h, p)
+		ready, dropped := e.frag.add(b, h, p)
 		if dropped > 0 {
 			e.count(func(s *Stats) { s.RxFragDrops += uint64(dropped) })
 		}

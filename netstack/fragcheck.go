@@ -77,10 +77,10 @@ func (c *fragCheck) init() {
 }
 
 // add accounts for fragment f (headers h, built into p) and returns the
-// packets now ready to deliver, whether their TCP or UDP checksum was
-// verified (else they go up with no verdict), and how many held packets it
-// dropped. It takes ownership of p's reference.
-func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready []*stack.PacketBuffer, verified bool, dropped int) {
+// packets now ready to deliver (a complete datagram whose checksum, where
+// it could check one, was right) and how many held packets it dropped. It
+// takes ownership of p's reference.
+func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready []*stack.PacketBuffer, dropped int) {
 	var k fragKey
 	var off int
 	var more bool
@@ -107,7 +107,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		// (ipv4.go HandlePacket, ipv6.go processFragmentExtHdr), so it
 		// never completes a datagram here either.
 		p.DecRef()
-		return nil, false, 1
+		return nil, 1
 	}
 	now := c.now()
 	dropped += c.expire(now)
@@ -120,7 +120,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 	for _, s := range st.spans {
 		if off == s[0] && end == s[1] {
 			p.DecRef() // an exact duplicate
-			return nil, false, dropped
+			return nil, dropped
 		}
 		if off < s[1] && end > s[0] {
 			st.bad = true
@@ -145,7 +145,7 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		for len(c.order) > fragTrackers || c.bytes > fragMaxBytes {
 			dropped += c.drop(c.victim())
 		}
-		return nil, false, dropped
+		return nil, dropped
 	}
 	c.remove(k)
 	ok, checked := st.verify(k)
@@ -153,9 +153,9 @@ func (c *fragCheck) add(f []byte, h pkt.Headers, p *stack.PacketBuffer) (ready [
 		for _, q := range st.held {
 			q.DecRef()
 		}
-		return nil, false, dropped + len(st.held)
+		return nil, dropped + len(st.held)
 	}
-	return st.held, checked, dropped
+	return st.held, dropped
 }
 
 // verify checks the transport checksum of a complete datagram: ok, or

@@ -49,7 +49,7 @@ func feed(t *testing.T, c *fragCheck, f []byte) (int, int) {
 		t.Fatalf("not a fragment: %v", err)
 	}
 	p := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(f)})
-	ready, _, dropped := c.add(f, h, p)
+	ready, dropped := c.add(f, h, p)
 	for _, q := range ready {
 		q.DecRef()
 	}
