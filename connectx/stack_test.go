@@ -10,7 +10,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/refs"
 
-	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/connectx/connectxtest"
 	"github.com/tamanic/tamanic/dma/dmatest"
 	"github.com/tamanic/tamanic/fec"
@@ -67,13 +66,9 @@ func newStack(t testing.TB, dev netstack.Device, i byte, lso bool) *host {
 // cxHost is a stack on a ConnectX driver on its model. The model's
 // Activity channel stands for the interrupt line: a goroutine polls the
 // driver when it fires.
-func cxHost(t testing.TB, i byte, lso bool, cfg ...func(*connectx.Config)) (*host, *connectxtest.Rig) {
+func cxHost(t testing.TB, i byte, lso bool) (*host, *connectxtest.Rig) {
 	mem := dmatest.New(t, dmatest.Options{CoherentSize: 4 << 20, CachedSize: 32 << 20})
-	ro := connectxtest.RigOptions{Mem: mem, MAC: [6]byte{2, 0xC7, 0, 0, 0, i}, NoDone: true}
-	if len(cfg) > 0 {
-		ro.Config = cfg[0]
-	}
-	rig := connectxtest.NewRig(t, ro)
+	rig := connectxtest.NewRig(t, connectxtest.RigOptions{Mem: mem, MAC: [6]byte{2, 0xC7, 0, 0, 0, i}, NoDone: true})
 	h := newStack(t, rig.NIC, i, lso)
 	h.port = rig.Model
 	stop := stacktest.Serve(rig.Model.Activity(), func() { rig.NIC.Poll() })
