@@ -187,13 +187,14 @@ func TestMaxTxDescsWithLongestInlineHeader(t *testing.T) {
 // (SHA-256 compared), with LSO on and off.
 //
 // The size is bounded by gVisor, not by the driver: its receiver charges
-// each queued segment its buffer overhead (about 640 bytes for 8 bytes of
-// data in a 1 MiB buffer), so a held receiver fills after about 1,600
-// tiny segments while still advertising a wide window. It drops what
-// follows, and its sender then recovers at two 8-byte segments per
-// 200 ms retransmission timeout: 64 KiB written this way took minutes
-// (session 10's wire trace: every frame delivered, RxNoBuffer 0 on both
-// models, the loss inside the receiving stack). 8 KiB is 1,024 writes.
+// each queued segment its buffer overhead (about 550 bytes for 8 bytes of
+// data in a 1 MiB buffer), so a held receiver fills after about 1,900
+// tiny segments (the trace's ACKs stopped 15,288 bytes in) while still
+// advertising a wide window. It drops what follows, and its sender then
+// recovers at two 8-byte segments per 200 ms retransmission timeout. At
+// 64 KiB, 5 of 16 transfers hit the 60 s timeout (session 10's wire
+// trace: every frame delivered, RxNoBuffer 0 on both models, the loss
+// inside the receiving stack). 8 KiB is 1,024 writes.
 func TestStackSmallWrites(t *testing.T) {
 	const n, write = 8 << 10, 8
 	for _, lso := range []bool{false, true} {
