@@ -209,6 +209,9 @@ func TestStackSmallWrites(t *testing.T) {
 					return
 				}
 				ihl := int(f[14]&15) * 4
+				if len(f) < 14+ihl+20 {
+					return
+				}
 				l := int(binary.BigEndian.Uint16(f[16:])) - ihl - int(f[14+ihl+12]>>4)*4
 				for m := most.Load(); int64(l) > m && !most.CompareAndSwap(m, int64(l)); m = most.Load() {
 				}

@@ -93,9 +93,10 @@ type Faults struct {
 	TxErrorCount int
 	// ResetStuck makes a write of ECR.RESET never complete: RESET reads
 	// back set and nothing is reset. The manual has RESET clear itself
-	// once the MAC's reset is done (IMX6ULLRM 22.5.5, ECR; Linux fec_restart gives it 10 us without polling); a MAC whose
-	// clock a boot loader left gated is where it would not (on silicon an
-	// access may instead stall the bus).
+	// once the MAC's reset is done (IMX6ULLRM 22.5.5, ECR; Linux
+	// fec_restart gives it 10 us without polling); a MAC whose clock a
+	// boot loader left gated is where it would not (on silicon an access
+	// may instead stall the bus).
 	ResetStuck bool
 }
 
