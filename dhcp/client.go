@@ -429,18 +429,25 @@ func (c *Client) acquire(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool { return c.acceptAckNak(m, server) })
+			// A DHCPACK the client refuses (leaseFrom counts it) is no
+			// answer: the wait goes on to its end, so that a server
+			// answering every REQUEST with one cannot cut the backoff.
+			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool {
+				if !c.acceptAckNak(m, server) {
+					return false
+				}
+				if m.Type() == Nak {
+					return true
+				}
+				lease = c.leaseFrom(m, sent)
+				return lease != nil
+			})
 			if err != nil {
 				return err
 			}
-			if m == nil {
-				continue
-			}
-			if m.Type() == Nak {
+			if m != nil && m.Type() == Nak {
 				nak = true
-				break
 			}
-			lease = c.leaseFrom(m, sent)
 		}
 		if lease == nil {
 			// DHCPNAK or no answer: back to INIT after a short random
@@ -517,7 +524,19 @@ func (c *Client) keep(ctx context.Context) error {
 				if phase.state == Rebinding {
 					server = netip.Addr{}
 				}
-				m, err := c.await(ctx, wait, func(m *Message) bool { return c.acceptAckNak(m, server) })
+				// As in REQUESTING, a refused DHCPACK does not end the
+				// §4.4.5 wait.
+				var nl *Lease
+				m, err := c.await(ctx, wait, func(m *Message) bool {
+					if !c.acceptAckNak(m, server) {
+						return false
+					}
+					if m.Type() == Nak {
+						return true
+					}
+					nl = c.leaseFrom(m, sent)
+					return nl != nil
+				})
 				if err != nil {
 					return err
 				}
@@ -528,10 +547,6 @@ func (c *Client) keep(ctx context.Context) error {
 					c.count(func(s *Stats) { s.Naks++ })
 					c.drop("DHCPNAK")
 					return nil
-				}
-				nl := c.leaseFrom(m, sent)
-				if nl == nil {
-					continue
 				}
 				if err := c.install(*nl, func(s *Stats) {
 					s.Acks++

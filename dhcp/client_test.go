@@ -5,9 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -443,40 +441,34 @@ func TestInfiniteLease(t *testing.T) {
 	}
 }
 
-// TestZeroLeaseNoStorm: a server granting zero-second leases gets one
-// DISCOVER per lost lease after a pause of at least FirstTimeout/4 - Jitter/4
-// of client time, not a request storm.
+// TestZeroLeaseNoStorm: a server granting only zero-second leases gets
+// them refused and counted, no address is installed, and the client asks
+// no faster than its backoff: at most 4 REQUESTs and a DISCOVER per
+// REQUESTING round of 4+8+16+32 s (± 1 s each). It used to take each zero
+// lease, drop it at once and start over.
 func TestZeroLeaseNoStorm(t *testing.T) {
 	r := newRig(t)
-	var mu sync.Mutex
-	var acked time.Time
-	var gaps []time.Duration
-	r.srv.set(func(s *server) {
-		s.lease = 0
-		s.policy = func(mt layers.DHCPMsgType, _ *layers.DHCPv4) reply {
-			mu.Lock()
-			defer mu.Unlock()
-			now := r.clock.Now()
-			switch {
-			case mt == layers.DHCPMsgTypeRequest:
-				acked = now
-			case mt == layers.DHCPMsgTypeDiscover && !acked.IsZero():
-				gaps = append(gaps, now.Sub(acked))
-				acked = time.Time{}
-			}
-			return answer
-		}
-	})
+	r.srv.set(func(s *server) { s.lease = 0 })
 	r.start(t)
-	r.waitFor(t, "three zero leases", func(s Stats) bool { return s.Leases >= 3 && s.Expiries >= 3 })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(gaps) < 2 {
-		t.Fatalf("gaps %v", gaps)
+	start := r.clock.Now()
+	r.waitFor(t, "eight REQUESTs", func(s Stats) bool { return s.Requests >= 8 })
+	elapsed := r.clock.Now().Sub(start)
+	st := r.c.Stats()
+	if st.Leases != 0 || st.Expiries != 0 {
+		t.Fatalf("stats %+v: a zero lease was taken", st)
 	}
-	for _, g := range gaps {
-		if g < (FirstTimeout-Jitter)/4 {
-			t.Errorf("DISCOVER %v after a zero lease was granted; want a pause of at least %v", g, (FirstTimeout-Jitter)/4)
+	if st.BadReply < 7 || !strings.Contains(st.LastError, "lease time of 0") {
+		t.Errorf("stats %+v: want every zero lease refused and counted", st)
+	}
+	// The first round alone waits 4, 8, 16 and 32 s (less 1 s of jitter
+	// each) before the next DISCOVER; a client that takes each zero lease
+	// and starts over sends 8 REQUESTs in about 24 s.
+	if min := 15*FirstTimeout - 4*Jitter; elapsed < min {
+		t.Errorf("8 REQUESTs in %v of client time, want at least %v (the first round's backoff)", elapsed, min)
+	}
+	for _, p := range r.leased() {
+		if !p.Addr().IsUnspecified() {
+			t.Errorf("client holds %v", p)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket/layers"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/ethernet"
@@ -251,5 +252,81 @@ func TestClientPerNIC(t *testing.T) {
 	}
 	if len(defaults) != 1 || defaults[0] != 1 {
 		t.Fatalf("IPv4 default routes on NICs %v, want NIC 1's only (asked %v)", defaults, asked)
+	}
+}
+
+// requestStamps records, on the wire, when the client sends each
+// DHCPREQUEST (client time).
+func requestStamps(r *rig) func() []time.Time {
+	var stamps []time.Time
+	r.ctap.setLose(func(f frame) bool {
+		// Called with the tap's lock held, as each frame is written.
+		if f.dhcp != nil && f.msgType == layers.DHCPMsgTypeRequest {
+			stamps = append(stamps, r.clock.Now())
+		}
+		return false
+	})
+	return func() []time.Time {
+		r.ctap.mu.Lock()
+		defer r.ctap.mu.Unlock()
+		return append([]time.Time(nil), stamps...)
+	}
+}
+
+// TestRefusedAckKeepsRenewWait: in RENEWING and REBINDING a DHCPACK the
+// client refuses (here of the subnet's broadcast address) is no answer:
+// the client waits out RFC 2131 §4.4.5's interval (half the time left,
+// at least MinRenewWait) before it asks again. It used to send the next
+// DHCPREQUEST as soon as the refused ACK arrived, one a second (the
+// MinSendInterval floor) for as long as the server kept answering.
+func TestRefusedAckKeepsRenewWait(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(func(s *server) { s.lease = 600 })
+	stamps := requestStamps(r)
+	r.start(t)
+	r.waitFor(t, "bound", func(s Stats) bool { return s.Leases == 1 })
+	r.srv.set(func(s *server) { s.offerIP = netip.MustParseAddr("10.0.0.255") })
+	r.waitFor(t, "the lease to expire", func(s Stats) bool { return s.Expiries == 1 })
+	var renew []time.Time
+	for _, s := range stamps()[1:] {
+		renew = append(renew, s)
+	}
+	// T1 = 300 s, T2 = 525 s, expiry 600 s: RENEWING asks at 300 s,
+	// waits 112.5 s, asks at 412.5 s, waits 112.5 s; REBINDING asks at
+	// 525 s and waits the 75 s left. Four REQUESTs; a client that asks on
+	// every refused ACK sends one a second, about 300.
+	if len(renew) > 5 {
+		t.Fatalf("%d DHCPREQUESTs between T1 and expiry (stats %+v), want at most 5", len(renew), r.c.Stats())
+	}
+	if st := r.c.Stats(); st.BadReply < uint64(len(renew)) {
+		t.Errorf("stats %+v: want every refused DHCPACK counted (%d REQUESTs)", st, len(renew))
+	}
+}
+
+// TestRefusedAckKeepsBackoff: in REQUESTING a refused DHCPACK does not cut
+// the retransmission timeout short (4, 8, 16, 32 s ± 1 s, §4.1).
+func TestRefusedAckKeepsBackoff(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(func(s *server) {
+		s.policy = func(mt layers.DHCPMsgType, d *layers.DHCPv4) reply {
+			if mt == layers.DHCPMsgTypeRequest {
+				s.offerIP = netip.MustParseAddr("10.0.0.255") // the ACK only
+			} else {
+				s.offerIP = netip.Addr{}
+			}
+			return answer
+		}
+	})
+	stamps := requestStamps(r)
+	r.start(t)
+	r.waitFor(t, "four REQUESTs", func(s Stats) bool { return s.Requests >= 4 })
+	st := stamps()
+	for i := 1; i < 4 && i < len(st); i++ {
+		if gap := st[i].Sub(st[i-1]); gap < FirstTimeout-Jitter {
+			t.Errorf("REQUEST %d sent %v after the previous one, want at least %v", i, gap, FirstTimeout-Jitter)
+		}
+	}
+	if s := r.c.Stats(); s.Leases != 0 {
+		t.Fatalf("stats %+v: a broadcast address was leased", s)
 	}
 }

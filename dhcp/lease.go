@@ -103,6 +103,12 @@ func (c *Client) leaseFrom(m *Message, sent time.Time) *Lease {
 	if !ok {
 		return bad("without a lease time")
 	}
+	if secs == 0 {
+		// An address for no time: taking it would install the address
+		// and remove it at once, and start over. Refused like any bad
+		// ACK, it leaves the client waiting out its timers.
+		return bad("with a lease time of 0")
+	}
 	l := &Lease{Server: server, Start: sent, Addr: p}
 	if rs, ok := m.Addrs(OptRouter); ok {
 		// A router must be on the link (RFC 2132 §3.5 lists "routers on
