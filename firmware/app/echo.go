@@ -22,8 +22,9 @@ var noEchoPorts = map[uint16]bool{0: true, 7: true, 13: true, 17: true, 19: true
 
 // EchoStats is the echo service's member of /stats "limits".
 type EchoStats struct {
-	// Rate and Burst are the per-peer limit (datagrams a second, and
-	// how many may come at once).
+	// Rate and Burst are the per-peer limit, in full-size frames of
+	// answer (echoFrames: a datagram costs one per 1480 bytes): a second,
+	// and at once.
 	Rate  int `json:"rate"`
 	Burst int `json:"burst"`
 	// Answered datagrams; RefusedPort from a port in noEchoPorts;
@@ -73,8 +74,18 @@ func (e *echoService) stats() EchoStats {
 		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load()}
 }
 
-// allow takes a token from addr's bucket.
-func (e *echoService) allow(addr netip.Addr) bool {
+// echoFrames is what a datagram of n payload bytes costs: the full-size
+// frames its answer takes on the wire (IPv4 fragments of at most 1480
+// bytes of UDP header and payload, on a 1500-byte MTU), so that the
+// limit bounds the bytes the board reflects, whatever the datagrams'
+// size: at the default 1000 a second, 1.5 MB/s.
+func echoFrames(n int) int { return (n + 8 + 1479) / 1480 }
+
+// allow takes one token from addr's bucket (allowN).
+func (e *echoService) allow(addr netip.Addr) bool { return e.allowN(addr, 1) }
+
+// allowN takes cost tokens from addr's bucket.
+func (e *echoService) allowN(addr netip.Addr, cost int) bool {
 	now := e.now()
 	b := e.peers[addr]
 	if b == nil {
@@ -94,15 +105,16 @@ func (e *echoService) allow(addr netip.Addr) bool {
 	}
 	b.tokens = min(e.burst, b.tokens+now.Sub(b.last).Seconds()*e.rate)
 	b.last = now
-	if b.tokens < 1 {
+	if b.tokens < float64(cost) {
 		return false
 	}
-	b.tokens--
+	b.tokens -= float64(cost)
 	return true
 }
 
-// judge says whether the datagram from from is answered, counting it.
-func (e *echoService) judge(from net.Addr) bool {
+// judge says whether the datagram of n bytes from from is answered,
+// counting it.
+func (e *echoService) judge(from net.Addr, n int) bool {
 	ua, ok := from.(*net.UDPAddr)
 	if !ok {
 		e.refusedPort.Add(1)
@@ -113,7 +125,7 @@ func (e *echoService) judge(from net.Addr) bool {
 		e.refusedPort.Add(1)
 		return false
 	}
-	if !e.allow(ap.Addr().Unmap()) {
+	if !e.allowN(ap.Addr().Unmap(), echoFrames(n)) {
 		e.rateLimited.Add(1)
 		return false
 	}
@@ -129,7 +141,7 @@ func (e *echoService) run(c *gonet.UDPConn) {
 		if err != nil {
 			return
 		}
-		if e.judge(from) {
+		if e.judge(from, n) {
 			c.WriteTo(buf[:n], from)
 		}
 	}

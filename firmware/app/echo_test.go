@@ -138,3 +138,36 @@ func TestEchoPeerTableBounded(t *testing.T) {
 		t.Fatalf("new peer refused after the others refilled (%d peers)", len(e.peers))
 	}
 }
+
+// TestEchoLimitCountsFrames: the echo's limit is in full-size frames, not
+// datagrams: a datagram of 8192 bytes leaves in 6 IPv4 fragments and
+// costs 6 tokens, so a burst of 12 answers two of them. Counted in
+// datagrams, the limit let one peer make the board reflect 64 KiB
+// datagrams at EchoRate a second (64 MB/s at the default 1000).
+func TestEchoLimitCountsFrames(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	r := newLimitsRigWith(t, Limits{EchoRate: 10, EchoBurst: 12}, func(s *Server) { s.echoNow = clock })
+	c := r.echoFrom(t, 0)
+	big := bytes.Repeat([]byte{0xa5}, 8192)
+	buf := make([]byte, 1<<16)
+	for i := range 2 {
+		if _, err := c.Write(big); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], big) {
+			t.Fatalf("datagram %d of 8192 bytes: %d bytes back, %v", i, n, err)
+		}
+	}
+	if _, err := c.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the third 8192-byte datagram limited", func() bool { return r.srv.svc.echo.stats().RateLimited == 1 })
+	if !nothingQueued(c) {
+		t.Fatal("a third 8192-byte datagram was answered within a burst of 12 frames")
+	}
+	if got := echoFrames(65507); got > DefaultLimits.EchoBurst {
+		t.Errorf("the largest datagram costs %d frames, more than the default burst %d: it could never be answered", got, DefaultLimits.EchoBurst)
+	}
+}

@@ -37,8 +37,11 @@ type Limits struct {
 	WriteTimeout      time.Duration
 	HTTPIdleTimeout   time.Duration
 	MaxHeaderBytes    int
-	// EchoRate and EchoBurst bound the datagrams the UDP echo answers to
-	// one peer (source address): EchoRate a second, EchoBurst at once.
+	// EchoRate and EchoBurst bound what the UDP echo answers to one
+	// peer (source address), in full-size frames (a datagram costs one
+	// per 1480 bytes, echoFrames): EchoRate a second, EchoBurst at once.
+	// A datagram costing more than EchoBurst is never answered; the
+	// largest costs 45.
 	EchoRate  int
 	EchoBurst int
 	// IperfMaxStreams, IperfMaxPending and IperfMaxWaiters are the iperf3
@@ -61,9 +64,9 @@ var DefaultLimits = Limits{
 	HTTPIdleTimeout:   30 * time.Second,
 	MaxHeaderBytes:    8 << 10,
 	// The soak's echo client sends a datagram every round trip plus 2
-	// ms (under 500 a second); 1000 a second is twice that, and caps what
-	// one peer (or one spoofed source) can make the board reflect at
-	// 1.5 MB/s of full-size datagrams.
+	// ms (under 500 small datagrams a second); 1000 frames a second is
+	// twice that, and caps what one peer (or one spoofed source) can
+	// make the board reflect at 1.5 MB/s, whatever the datagrams' size.
 	EchoRate:  1000,
 	EchoBurst: 100,
 	// 32 streams (the reference client allows -P 128) and 8 connections
