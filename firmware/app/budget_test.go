@@ -138,3 +138,19 @@ func TestSourceLineBounded(t *testing.T) {
 		t.Fatalf("source after the refusals: %v", err)
 	}
 }
+
+// TestSplitLimitsFitTheBudget: n interfaces each running the services
+// with DefaultLimits.Split(n) fit, together, the budget one set fits
+// (each used to take the full limits: three budgets on the i.MX7D).
+func TestSplitLimitsFitTheBudget(t *testing.T) {
+	for n := 1; n <= 3; n++ { // the i.MX7D runs 3; past that the floors add up
+		l := DefaultLimits.Split(n)
+		if b := int64(n) * l.Budget(); b > MemoryBudget {
+			t.Errorf("%d interfaces: %d × %.1f MiB = %.1f MiB, over the %d MiB budget (limits %+v)",
+				n, n, float64(l.Budget())/(1<<20), float64(b)/(1<<20), MemoryBudget>>20, l)
+		}
+	}
+	if l := DefaultLimits.Split(3); l.MaxConns != 21 || l.HTTPMaxConns != 5 || l.IperfMaxStreams != 10 {
+		t.Errorf("a third of the default limits: %+v", l)
+	}
+}

@@ -47,6 +47,13 @@ type Limits struct {
 	// IperfMaxStreams, IperfMaxPending and IperfMaxWaiters are the iperf3
 	// server's MaxStreams, MaxPending and MaxWaiters (iperf3.Config).
 	IperfMaxStreams, IperfMaxPending, IperfMaxWaiters int
+	// Linger bounds how long a closed connection may take to deliver
+	// what it queued before it is reset; it keeps its place meanwhile
+	// (closer.go). MaxOrphans bounds the closed connections without a
+	// place (iperf3's) that linger at once, MaxTimeWait the endpoints in
+	// FIN-WAIT-2 or TIME-WAIT.
+	Linger                  time.Duration
+	MaxOrphans, MaxTimeWait int
 }
 
 // DefaultLimits are the limits of a Server whose Limits are zero. 64
@@ -75,6 +82,14 @@ var DefaultLimits = Limits{
 	IperfMaxStreams: 32,
 	IperfMaxPending: 8,
 	IperfMaxWaiters: 2,
+	// 10 s delivers the source's 1 MiB send buffer at 1 Mbit/s.
+	Linger: 10 * time.Second,
+	// iperf3 closes its streams when a test ends: 16 may still be
+	// delivering (each holds at most its 128 KiB send buffer).
+	MaxOrphans: 16,
+	// 512 endpoints in TIME-WAIT (timeWaitSize each, budget.go) are what
+	// a peer closing 8.5 connections a second leaves for gVisor's 60 s.
+	MaxTimeWait: 512,
 }
 
 // withDefaults fills l's zero fields from DefaultLimits.
@@ -104,6 +119,9 @@ func (l Limits) withDefaults() Limits {
 	pickD(&l.ReadTimeout, d.ReadTimeout)
 	pickD(&l.WriteTimeout, d.WriteTimeout)
 	pickD(&l.HTTPIdleTimeout, d.HTTPIdleTimeout)
+	pickD(&l.Linger, d.Linger)
+	pick(&l.MaxOrphans, d.MaxOrphans)
+	pick(&l.MaxTimeWait, d.MaxTimeWait)
 	return l
 }
 
@@ -160,8 +178,11 @@ func (sv *service) serve(l net.Listener, handle func(net.Conn)) {
 			continue
 		}
 		go func() {
-			defer sv.release(pl)
 			handle(c)
+			c.Close()
+			if !releasedByConn(c) {
+				sv.release(pl)
+			}
 		}()
 	}
 }
@@ -177,8 +198,15 @@ func (sv *service) accept(l net.Listener) (net.Conn, *place, error) {
 	pl := sv.take(c)
 	if pl == nil {
 		sv.refused.Add(1)
+		// Closed, not reset: a refused client reads EOF. It holds no
+		// place, so it lingers as an orphan (closer.go).
 		c.Close()
 		return nil, nil, nil
+	}
+	if tc, ok := c.(*tcpConn); ok {
+		// The place is given back once the connection has delivered
+		// what it queued (closer.go), not when its handler returns.
+		tc.setRelease(func() { sv.release(pl) })
 	}
 	if sv.idle > 0 {
 		c = &idleConn{Conn: c, sv: sv}
@@ -196,15 +224,17 @@ type idleConn struct {
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	d := time.Now().Add(c.sv.idle)
+	d, idle := time.Now().Add(c.sv.idle), true
 	if !c.until.IsZero() && c.until.Before(d) {
-		d = c.until
+		d, idle = c.until, false
 	}
 	if err := c.Conn.SetReadDeadline(d); err != nil {
 		return 0, err
 	}
 	n, err := c.Conn.Read(b)
-	c.count(err)
+	if idle {
+		c.count(err)
+	}
 	return n, err
 }
 
@@ -224,6 +254,7 @@ func (c *idleConn) count(err error) {
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		c.sv.idleClosed.Add(1)
+		giveUp(c.Conn)
 	}
 }
 
@@ -254,14 +285,29 @@ type countedConn struct {
 }
 
 func (c *countedConn) Close() error {
-	c.sv.release(c.pl)
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	if !releasedByConn(c.Conn) {
+		c.sv.release(c.pl)
+	}
+	return err
+}
+
+// releasedByConn reports whether c gives its place back itself (a
+// *tcpConn, once delivered), possibly under an idleConn.
+func releasedByConn(c net.Conn) bool {
+	if ic, ok := c.(*idleConn); ok {
+		c = ic.Conn
+	}
+	_, ok := c.(*tcpConn)
+	return ok
 }
 
 // services are the Server's bounded services.
 type services struct {
 	sink, source, http service
 	echo               *echoService
+	reapOnce           sync.Once
+	reap               *reaper
 }
 
 func (s *Server) limits() Limits { return s.Limits.withDefaults() }
@@ -294,10 +340,22 @@ type LimitStats struct {
 	Source ServiceStats `json:"source"`
 	HTTP   ServiceStats `json:"http"`
 	Echo   EchoStats    `json:"echo"`
+	// Closing is what closed connections hold (closer.go).
+	Closing CloseStats `json:"closing"`
 }
 
 func (s *Server) limitStats() LimitStats {
-	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(), Echo: s.svc.echo.stats()}
+	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(),
+		Echo: s.svc.echo.stats(), Closing: s.closeStats()}
+}
+
+// closeStats returns the reaper's counters.
+func (s *Server) closeStats() CloseStats { return s.svc.reap.stats() }
+
+// reaper returns the server's reaper, started on first use.
+func (s *Server) reaper() *reaper {
+	s.svc.reapOnce.Do(func() { s.svc.reap = newReaper(s.limits()) })
+	return s.svc.reap
 }
 
 // RuntimeStats is the /stats "runtime" member: the firmware's heap and

@@ -49,7 +49,8 @@ func (s *Server) listenTCP(port uint16) (net.Listener, error) {
 // connection set to rcvBuf (0: the stack's default): gVisor gives an
 // accepted connection its listener's receive buffer; and its send buffer
 // to sndBuf (0: the stack's default), which gVisor does not inherit, so
-// Accept sets it on each connection (sendBufListener).
+// Accept sets it on each connection. Accepted connections close through
+// the server's reaper (closer.go).
 func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, error) {
 	ep, wq, err := s.endpoint(tcp.ProtocolNumber, port)
 	if err != nil {
@@ -62,32 +63,32 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, er
 		ep.Close()
 		return nil, fmt.Errorf("app: listen TCP %d: %s", port, terr)
 	}
-	if sndBuf > 0 {
-		return &sendBufListener{ep: ep, wq: wq, sndBuf: int64(sndBuf), closed: make(chan struct{})}, nil
-	}
-	return gonet.NewTCPListener(s.Stack, wq, ep), nil
+	return &tcpListener{ep: ep, wq: wq, sndBuf: int64(sndBuf), reap: s.reaper(), closed: make(chan struct{})}, nil
 }
 
-// sendBufListener is gonet's TCPListener whose Accept sets each accepted
-// connection's send buffer.
-type sendBufListener struct {
+// tcpListener is gonet's TCPListener whose Accept sets each accepted
+// connection's send buffer and returns it as a *tcpConn.
+type tcpListener struct {
 	ep     tcpip.Endpoint
 	wq     *waiter.Queue
-	sndBuf int64
+	sndBuf int64 // 0: the stack's default
+	reap   *reaper
 	once   sync.Once
 	closed chan struct{}
 }
 
-// Accept waits for a connection, sets its send buffer and returns it.
-func (l *sendBufListener) Accept() (net.Conn, error) {
+// Accept waits for a connection and returns it.
+func (l *tcpListener) Accept() (net.Conn, error) {
 	we, ready := waiter.NewChannelEntry(waiter.ReadableEvents)
 	l.wq.EventRegister(&we)
 	defer l.wq.EventUnregister(&we)
 	for {
 		n, wq, err := l.ep.Accept(nil)
 		if err == nil {
-			n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
-			return gonet.NewTCPConn(wq, n), nil
+			if l.sndBuf > 0 {
+				n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
+			}
+			return &tcpConn{TCPConn: gonet.NewTCPConn(wq, n), ep: n, r: l.reap}, nil
 		}
 		if _, ok := err.(*tcpip.ErrWouldBlock); !ok {
 			return nil, fmt.Errorf("app: accept: %s", err)
@@ -101,13 +102,13 @@ func (l *sendBufListener) Accept() (net.Conn, error) {
 }
 
 // Close stops listening.
-func (l *sendBufListener) Close() error {
+func (l *tcpListener) Close() error {
 	l.once.Do(func() { close(l.closed); l.ep.Close() })
 	return nil
 }
 
 // Addr returns the listening address.
-func (l *sendBufListener) Addr() net.Addr {
+func (l *tcpListener) Addr() net.Addr {
 	a, _ := l.ep.GetLocalAddress()
 	return &net.TCPAddr{IP: net.IP(a.Addr.AsSlice()), Port: int(a.Port)}
 }

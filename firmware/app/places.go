@@ -84,6 +84,7 @@ func (sv *service) take(c net.Conn) *place {
 	sv.active.Store(int64(len(sv.places)))
 	sv.mu.Unlock()
 	if victim != nil {
+		giveUp(victim.conn)
 		victim.conn.Close()
 	}
 	return pl

@@ -45,7 +45,8 @@ func addConnectX(n *app.Network, rc *pcie.RC, boot time.Time) (*cxnic.Controls, 
 	if err != nil {
 		return nil, fmt.Errorf("connectx: %w", err)
 	}
-	return cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds},
+	return cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds,
+		Limits: app.DefaultLimits.Split(Interfaces)},
 		func() (cxnic.Card, error) {
 			nic, w, err := mcimx7d.ConnectX(rc, d, transport, bar, connectx.Config{CmdTimeout: cxnic.CmdTimeout})
 			if err != nil {

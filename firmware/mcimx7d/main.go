@@ -136,7 +136,7 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs}
 	// The services listen on any address of NIC 2, so they follow the
 	// lease.
-	srv := &app.Server{Stack: s, NIC: 2, Ctl: c, Boot: boot, Net: e}
+	srv := &app.Server{Stack: s, NIC: 2, Ctl: c, Boot: boot, Net: e, Limits: app.DefaultLimits.Split(Interfaces)}
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}
@@ -157,6 +157,11 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 		ip, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
 	return c, nil
 }
+
+// Interfaces is how many interfaces may run the services: ENET1, the
+// 82574L and the ConnectX. Each takes a third of the default limits
+// (app.Limits.Split), so that the three fit one memory budget.
+const Interfaces = 3
 
 func main() {
 	var (
@@ -188,7 +193,7 @@ func main() {
 			}
 			return m
 		},
-	}, fwmain.Settings{Mode: Mode})
+	}, fwmain.Settings{Mode: Mode, Interfaces: Interfaces})
 }
 
 // attach adds the 82574L (NIC 2) and the ConnectX (NIC 3) found on the

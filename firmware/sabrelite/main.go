@@ -124,8 +124,12 @@ func main() {
 			}
 			return s
 		},
-	}, fwmain.Settings{Mode: Mode})
+	}, fwmain.Settings{Mode: Mode, Interfaces: Interfaces})
 }
+
+// Interfaces is how many interfaces may run the services: the ENET and
+// the ConnectX, each with half the default limits (app.Limits.Split).
+const Interfaces = 2
 
 // attach adds the ConnectX found on rc's bus to n's stack as NIC 2 with its
 // own address and services. Its absence or its error is one line on the
@@ -145,7 +149,8 @@ func attach(n *app.Network, rc *pcie.RC, rep sabrelite.PCIeReport, boot time.Tim
 		fmt.Printf("CONNECTX error=%q\n", "connectx: "+err.Error())
 		return nil
 	}
-	cx, err := cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds},
+	cx, err := cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: sabrelite.Nanotime, Idle: sabrelite.IdleNanoseconds,
+		Limits: app.DefaultLimits.Split(Interfaces)},
 		func() (cxnic.Card, error) {
 			nic, w, err := sabrelite.ConnectX(rc, d, connectx.Config{})
 			if err != nil {

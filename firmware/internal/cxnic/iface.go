@@ -62,6 +62,10 @@ type Options struct {
 	// Clock and Idle are the board's clock and idle time.
 	Clock func() int64
 	Idle  func() int64
+	// Limits are the interface's services' limits (zero: app's
+	// defaults); a board with several interfaces gives each its share
+	// (app.Limits.Split).
+	Limits app.Limits
 	// LeaseWait bounds how long Add waits for a first lease before it
 	// prints the CONNECTX line (0: app.DefaultDHCPWait); the client keeps
 	// trying after it.
@@ -108,7 +112,7 @@ func serve(n *app.Network, o Options, ep stack.LinkEndpoint, mac [6]byte, ctl ap
 	if err != nil {
 		return iface{}, fmt.Errorf("connectx: %w", err)
 	}
-	srv := &app.Server{Stack: s, NIC: o.NIC, Ctl: ctl, Boot: boot, Net: e}
+	srv := &app.Server{Stack: s, NIC: o.NIC, Ctl: ctl, Boot: boot, Net: e, Limits: o.Limits}
 	if err := srv.Start(); err != nil {
 		return iface{}, fmt.Errorf("connectx: %w", err)
 	}

@@ -61,6 +61,11 @@ type Board struct {
 type Settings struct {
 	// Mode is the TX mode at boot.
 	Mode string
+	// Interfaces is how many interfaces run the services (0 or 1: the
+	// ENET's alone): the ENET's server takes app.DefaultLimits.Split of
+	// it, and a board's AttachNet gives its own servers the same share,
+	// so that together they fit app.MemoryBudget.
+	Interfaces int
 }
 
 // Run starts the firmware on b and serves forever. A panic is printed on
@@ -135,7 +140,8 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	if b.Stats != nil {
 		ctl = controls{nc, b.Stats}
 	}
-	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
+	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot,
+		Limits: app.DefaultLimits.Split(s.Interfaces)}
 	if err := srv.Start(); err != nil {
 		return nil, err
 	}

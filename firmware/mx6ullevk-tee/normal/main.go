@@ -158,7 +158,10 @@ func main() {
 			}
 		}()
 	}
-	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot}
+	// The Normal World has 128 MiB of RAM in all: its services take a
+	// third of the default limits (app.Limits.Split), a budget of under
+	// 60 MiB (app.TestSplitLimitsFitTheBudget), not the full 176 MiB.
+	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot, Limits: app.DefaultLimits.Split(3)}
 	if err := srv.Start(); err != nil {
 		panic(err)
 	}
