@@ -73,8 +73,11 @@ CONTROL_TOKEN ?=
 IP            ?=
 GATEWAY       ?=
 DHCP          ?=
+## SELFTEST=off skips the ENET loopback self-test at boot (on by default).
+SELFTEST      ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
+  $(if $(SELFTEST),-X github.com/tamanic/tamanic/firmware/internal/fwmain.SelfTest=$(SELFTEST)) \
   $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))$(if $(CX_IP), -X main.CXIP=$(CX_IP))
 ## TEE=1 (BOARD=mx6ullevk only) builds the TrustZone-partitioned image instead: the Normal World OS
 ## (firmware/mx6ullevk-tee/normal, HOSTILE=1 adds the hostile-call mode) embedded in the Trusted OS

@@ -110,6 +110,9 @@ type NIC struct {
 	csum, err007885 bool
 
 	ctl sync.Mutex // serialises restart and MDIO against each other
+	// loop puts the MAC in internal loopback at the next restart
+	// (SetLoopback); under ctl.
+	loop bool
 	// aborted holds the completions of frames a restart aborted while ctl
 	// was held, for unlockCtl to report once ctl is released.
 	aborted *[]txDone
@@ -390,6 +393,11 @@ func (n *NIC) mscr() uint32 {
 
 func (n *NIC) rcr() uint32 {
 	rcr := uint32(n.cfg.MaxFrame+4)<<RCR_MAX_FL | RCR_MII_MODE
+	if n.loop {
+		// Internal loopback (SetLoopback): an MII loopback, so no RMII,
+		// RGMII, 10T or DRT (IMX6ULLRM 22.5.10).
+		return rcr | RCR_LOOP
+	}
 	switch n.cfg.Interface {
 	case RMII:
 		rcr |= RCR_RMII_MODE

@@ -72,6 +72,10 @@ type Options struct {
 	// empty descriptor is available wait in it; one that does not fit is
 	// lost and reported with OV on the next descriptor.
 	RxFIFO int
+	// NoLoopback and NoMIB make the model behave as QEMU's imx_fec.c does
+	// (both are TODOs there): RCR LOOP is ignored, frames go to the wire,
+	// and the MIB counters never move.
+	NoLoopback, NoMIB bool
 }
 
 // Faults are injected by tests.
@@ -98,6 +102,14 @@ type Faults struct {
 	// boot loader left gated is where it would not (on silicon an access
 	// may instead stall the bus).
 	ResetStuck bool
+	// SkipFragment drops the data of the second descriptor of the next N
+	// frames of several descriptors (a fragment lost on its way to the
+	// wire); the frame goes out shorter.
+	SkipFragment int
+	// WrongVerdict inverts the checksum verdict of the next N frames
+	// received: a good sum reported bad and a bad one good (an RX
+	// accelerator that misjudges).
+	WrongVerdict int
 }
 
 // RxFault corrupts one delivered frame as the MAC would report it.
@@ -115,6 +127,9 @@ const (
 // Stats counts what the model saw.
 type Stats struct {
 	TxFrames, RxFrames int
+	// LoopDropped counts frames lost to the loopback: looped with DRT
+	// set, or arriving from the wire while RCR LOOP is set.
+	LoopDropped int
 	// RxNoDescriptor counts frames lost because the RX FIFO overflowed
 	// while no empty descriptor was available.
 	RxNoDescriptor, Filtered int
@@ -152,6 +167,7 @@ type Model struct {
 	stats   Stats
 	viol    []string
 	pending [][]byte // transmitted frames to hand to the peer once unlocked
+	looped  [][]byte // transmitted frames to receive once unlocked (RCR LOOP)
 	txBuf   []byte   // scratch, reused so the model allocates nothing per frame
 	bds     []txBD
 	rxBuf   []byte
@@ -336,13 +352,21 @@ func (m *Model) Read32(off uint32) uint32 {
 func (m *Model) Write32(off, v uint32) {
 	m.mu.Lock()
 	m.write(off, v)
-	out, peer := m.pending, m.peer
-	m.pending = nil
+	out, peer, loop := m.pending, m.peer, m.looped
+	m.pending, m.looped = nil, nil
 	m.mu.Unlock()
 	if peer != nil {
 		for _, f := range out {
 			peer(f)
 		}
+	}
+	m.loopBack(loop)
+}
+
+// loopBack receives the frames the MAC looped back (RCR LOOP).
+func (m *Model) loopBack(frames [][]byte) {
+	for _, f := range frames {
+		m.deliver(f, RxOK, true)
 	}
 }
 
@@ -529,14 +553,15 @@ func (m *Model) StepTx() bool {
 	default:
 		m.processTx(1)
 	}
-	out, peer := m.pending, m.peer
-	m.pending = nil
+	out, peer, loop := m.pending, m.peer, m.looped
+	m.pending, m.looped = nil, nil
 	m.mu.Unlock()
 	if peer != nil {
 		for _, f := range out {
 			peer(f)
 		}
 	}
+	m.loopBack(loop)
 	return active
 }
 
@@ -602,6 +627,11 @@ func (m *Model) processTx(limit int) {
 			if a := m.opts.Caps.TxAlign; a > 1 && int(addr)%a != 0 {
 				m.violation("TX descriptor %d: buffer %#x not %d-byte aligned (%s)", idx, addr, a, m.opts.Caps.Name)
 				bad = true
+			}
+			if m.faults.SkipFragment > 0 && len(bds) == 1 {
+				// The second descriptor's data is lost (Faults.SkipFragment).
+				m.faults.SkipFragment--
+				n = 0
 			}
 			frame = slices.Grow(frame, n)[:len(frame)+n]
 			if n > 0 {
@@ -715,6 +745,22 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 	}
 	m.stats.TxFrames++
 	m.mibFrame(&mibTx, frame)
+	if rcr := m.get(fec.ENETx_RCR); rcr&fec.RCR_LOOP != 0 && !m.opts.NoLoopback {
+		// Internal loopback (IMX6ULLRM 22.5.10, RCR LOOP): the frame is
+		// received, not sent. The manual has it as an MII loopback, so
+		// MII_MODE set and RMII_MODE clear (UNCONFIRMED wording; the fact
+		// sheet lists LOOP only); DRT (receive disabled while
+		// transmitting, half duplex) would drop what is looped.
+		switch {
+		case rcr&fec.RCR_MII_MODE == 0 || rcr&(fec.RCR_RMII_MODE|fec.RCR_RGMII_EN) != 0:
+			m.violation("TX frame looped with RCR %#x: internal loopback needs MII_MODE=1, RMII_MODE=0, RGMII_EN=0", rcr)
+		case rcr&fec.RCR_DRT != 0:
+			m.stats.LoopDropped++
+		default:
+			m.looped = append(m.looped, bytes.Clone(frame))
+		}
+		return
+	}
 	if m.peer != nil && m.wireOK() {
 		m.pending = append(m.pending, bytes.Clone(frame))
 	}
@@ -814,10 +860,24 @@ type rxEntry struct {
 // FIFO is lost (IEEE_R_MACERR) and the next descriptor reports OV. It
 // reports whether the frame was accepted (written or held).
 func (m *Model) Deliver(frame []byte, fault RxFault) bool {
+	return m.deliver(frame, fault, false)
+}
+
+// deliver receives frame from the wire, or from the MAC's own transmitter
+// when looped (RCR LOOP: the PHY and the wire are not involved, and what
+// the wire brings is not received).
+func (m *Model) deliver(frame []byte, fault RxFault, looped bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.flushLagged()
-	if !m.enabled() || !m.wireOK() {
+	if !m.enabled() {
+		return false
+	}
+	if !looped && m.get(fec.ENETx_RCR)&fec.RCR_LOOP != 0 && !m.opts.NoLoopback {
+		m.stats.LoopDropped++
+		return false
+	}
+	if !looped && !m.wireOK() {
 		return false
 	}
 	if !m.accept(frame) {
@@ -879,6 +939,10 @@ func (m *Model) Deliver(frame []byte, fault RxFault) bool {
 	}
 	if fault == RxMACError {
 		e.e0 |= fec.RXE_ME
+	}
+	if m.faults.WrongVerdict > 0 && enh && m.opts.Caps.Has(fec.QuirkCsum) {
+		m.faults.WrongVerdict--
+		e.e0 ^= fec.RXE_PCR
 	}
 	if len(m.fifo) == 0 && m.rxReady() {
 		m.writeRx(&e)
@@ -1084,6 +1148,9 @@ func rxChecksum(f []byte) (e0, e1 uint32) {
 }
 
 func (m *Model) mibAdd(name string, v uint32) {
+	if m.opts.NoMIB {
+		return
+	}
 	off, ok := fec.MIBRegisterOffset(name)
 	if !ok {
 		panic("fectest: unknown MIB counter " + name)
@@ -1124,6 +1191,9 @@ var mibTx, mibRx = mibOffsets("T"), mibOffsets("R")
 
 // mibFrame counts one good frame of direction d.
 func (m *Model) mibFrame(d *mibDir, f []byte) {
+	if m.opts.NoMIB {
+		return
+	}
 	n := len(f) + 4
 	m.mibAt(d.packets, 1)
 	m.mibAt(d.octets, uint32(n))

@@ -56,11 +56,18 @@ type Board struct {
 	Stats func() map[string]any
 }
 
+// SelfTest is the build's self-test switch (make firmware SELFTEST=off,
+// which links -X ...fwmain.SelfTest=off): anything but "off" runs the
+// ENET's loopback self-test (fec.NIC.SelfTest) before the stack starts.
+var SelfTest string
+
 // Settings are the firmware's build-time settings (the address is
 // app.BuildNetConfig's: make firmware IP=... GATEWAY=... DHCP=...).
 type Settings struct {
 	// Mode is the TX mode at boot.
 	Mode string
+	// SelfTest is SelfTest's value ("off" skips the self-test).
+	SelfTest string
 	// Interfaces is how many interfaces run the services (0 or 1: the
 	// ENET's alone): the ENET's server takes app.DefaultLimits.Split of
 	// it, and a board's AttachNet gives its own servers the same share,
@@ -78,6 +85,9 @@ func Run(b Board, s Settings) {
 			os.Exit(1)
 		}
 	}()
+	if s.SelfTest == "" {
+		s.SelfTest = SelfTest
+	}
 	if _, err := start(b, s, boot, app.BuildNetConfig, os.Stdout); err != nil {
 		panic(err)
 	}
@@ -103,13 +113,18 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 		return nil, err
 	}
 	var dev *fecdev.Device
-	n, err := b.ENET(fec.Config{OnTxDone: func(c any, err error) { dev.Done(c, err) }})
+	n, err := b.ENET(fec.Config{OnTxDone: func(c any, err error) {
+		if dev != nil { // the self-test's frames complete before dev exists
+			dev.Done(c, err)
+		}
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("ENET: %w", err)
 	}
 	if b.Line != nil {
 		fmt.Fprintln(console, b.Line())
 	}
+	self := selfTest(n, "enet", s.SelfTest, console)
 	dev = fecdev.New(n)
 	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true, Clock: b.Nanotime})
 	if err != nil {
@@ -137,8 +152,20 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 		}
 	}
 	var ctl app.Controls = nc
-	if b.Stats != nil {
-		ctl = controls{nc, b.Stats}
+	stats := b.Stats
+	if self != nil {
+		stats = func() map[string]any {
+			m := map[string]any{"selftest": self}
+			if b.Stats != nil {
+				for k, v := range b.Stats() {
+					m[k] = v
+				}
+			}
+			return m
+		}
+	}
+	if stats != nil {
+		ctl = controls{nc, stats}
 	}
 	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot,
 		Limits: app.DefaultLimits.Split(s.Interfaces)}
@@ -173,4 +200,45 @@ func (c controls) Stats() any {
 		m[k] = v
 	}
 	return m
+}
+
+// SelfTestReport is the /stats "nic.selftest" member: the ENET's loopback
+// self-test at boot.
+type SelfTestReport struct {
+	// Skipped: built with SELFTEST=off. Error: the test could not run.
+	Skipped bool                 `json:"skipped,omitempty"`
+	Error   string               `json:"error,omitempty"`
+	Results []fec.SelfTestResult `json:"results,omitempty"`
+	// Counts is what the test added to the driver's counters.
+	Counts fec.SelfTestCounts `json:"counts"`
+	// Failures counts the failed checks of every mode: never hidden.
+	Failures int `json:"failures"`
+}
+
+// selfTest runs n's loopback self-test unless mode is "off", prints one
+// line per TX mode ("SELFTEST enet mode=sg frames=17 ok 0.7ms", the
+// failures and the first of them, or "loopback unsupported here") and
+// returns the report.
+func selfTest(n *fec.NIC, name, mode string, console io.Writer) *SelfTestReport {
+	r := &SelfTestReport{}
+	if mode == "off" {
+		r.Skipped = true
+		fmt.Fprintf(console, "SELFTEST %s skipped (SELFTEST=off)\n", name)
+		return r
+	}
+	res, counts, err := n.SelfTestCounted(fec.SelfTestOptions{})
+	r.Results, r.Counts = res, counts
+	for _, x := range res {
+		r.Failures += x.Failures
+		if !x.OK() && !x.Unsupported && x.Failures == 0 {
+			r.Failures++ // frames missing without a check failing: counted all the same
+		}
+		fmt.Fprintf(console, "SELFTEST %s %s\n", name, x)
+	}
+	if err != nil {
+		r.Error = err.Error()
+		r.Failures++
+		fmt.Fprintf(console, "SELFTEST %s error=%q\n", name, err.Error())
+	}
+	return r
 }

@@ -87,6 +87,51 @@ func TestHooks(t *testing.T) {
 	if doc["irqs"] != 3.0 || doc["irq_ns"] != 4.0 || doc["driver"] == nil || doc["link"] == nil {
 		t.Errorf("/stats lost the NIC's members: %v", doc)
 	}
+	// The loopback self-test ran before the stack, on the model: a line
+	// per mode on the console, before READY, and /stats selftest.
+	for _, m := range []string{"bounce", "sg", "tso"} {
+		i, j := strings.Index(out, "SELFTEST enet mode="+m+" "), strings.Index(out, "READY")
+		if i < 0 || i > j || !strings.Contains(out[i:], " ok ") {
+			t.Errorf("no passing SELFTEST line for %s before READY:\n%s", m, out)
+		}
+	}
+	if st, _ := doc["selftest"].(map[string]any); st == nil || st["failures"] != 0.0 || len(st["results"].([]any)) != 3 {
+		t.Errorf("/stats selftest = %v", doc["selftest"])
+	}
+}
+
+// TestSelfTestSkippedAndUnsupported: SELFTEST=off prints that it was
+// skipped; a MAC that neither loops back nor counts (QEMU's) prints
+// "loopback unsupported here", with no failure counted.
+func TestSelfTestSkippedAndUnsupported(t *testing.T) {
+	for _, c := range []struct {
+		mode, want string
+		model      func(*fectest.Options)
+	}{
+		{"off", "SELFTEST enet skipped", nil},
+		{"", "SELFTEST enet mode=sg loopback unsupported here", func(o *fectest.Options) { o.NoLoopback, o.NoMIB = true, true }},
+	} {
+		var console bytes.Buffer
+		b := Board{
+			ENET: func(cfg fec.Config) (*fec.NIC, error) {
+				r := fectest.NewRig(t, fectest.RigOptions{Model: c.model, Config: func(x *fec.Config) { x.OnTxDone = cfg.OnTxDone }})
+				return r.NIC, nil
+			},
+			Nanotime: func() int64 { return time.Now().UnixNano() },
+			Idle:     func() int64 { return 0 }, Interrupts: func() (int64, int64) { return 0, 0 },
+		}
+		r, err := start(b, Settings{Mode: "sg", SelfTest: c.mode}, time.Now(), static, &console)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(console.String(), c.want) {
+			t.Errorf("SelfTest %q: console:\n%s", c.mode, console.String())
+		}
+		j, _ := json.Marshal(r.ctl.Stats())
+		if !strings.Contains(string(j), `"failures":0`) {
+			t.Errorf("SelfTest %q: /stats %s", c.mode, j)
+		}
+	}
 }
 
 // TestHookErrors: an error from Init, ENET or Attach stops the start with
