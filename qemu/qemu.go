@@ -640,6 +640,25 @@ func (m *Ports) PostMode(query, authorization string) (*http.Response, error) {
 	return m.client().Do(req)
 }
 
+// DebugRegs gets /debug/regs?format=text with authorization (empty: none)
+// and returns the status and the body.
+func (m *Ports) DebugRegs(authorization string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/debug/regs?format=text", m.HTTPPort), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := m.client().Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(b), err
+}
+
 // PostGC asks the firmware for a full garbage collection (POST /gc, with
 // the harness's control token) and returns the runtime statistics it
 // answers after it.

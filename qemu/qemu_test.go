@@ -101,6 +101,15 @@ func endToEnd(t *testing.T, board string, devices []string) {
 			t.Errorf("console has no %q line:\n%s", line, m.Console())
 		}
 	}
+	// GET /debug/regs: the ENET's and the PHY's registers with the token,
+	// 401 without it.
+	if code, body, err := m.DebugRegs("Bearer " + ControlToken); err != nil || code != 200 ||
+		!strings.Contains(body, "enet ECR ") || !strings.Contains(body, " BMSR ") {
+		t.Errorf("/debug/regs: %d %v\n%s", code, err, body)
+	}
+	if code, _, err := m.DebugRegs(""); err != nil || code != 401 {
+		t.Errorf("/debug/regs without the token: %d %v, want 401", code, err)
+	}
 	switch board {
 	case "mcimx7d":
 		checkE1000e(t, m)

@@ -164,6 +164,7 @@ func (s *Server) Start() error {
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)
 	mux.HandleFunc("POST /gc", s.gc)
+	mux.HandleFunc("GET /debug/regs", s.debugRegs)
 	mux.HandleFunc("GET /{$}", s.index)
 	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
@@ -328,6 +329,37 @@ func (s *Server) authorised(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// debugRegs answers GET /debug/regs (control token): the registers of
+// the interface's device, named as in the manuals, as JSON, or as text
+// with ?format=text ("enet ECR 0x024 0xf0000112" a line), as `ethtool -d`
+// prints them. It needs the token: reading some registers (MDIO) takes
+// the bus, and the dump shows the board's configuration.
+func (s *Server) debugRegs(w http.ResponseWriter, r *http.Request) {
+	if !s.authorised(w, r) {
+		return
+	}
+	d, ok := s.Ctl.(RegisterDumper)
+	if !ok {
+		http.Error(w, "this interface has no register dump", http.StatusNotImplemented)
+		return
+	}
+	groups := d.Registers()
+	if r.URL.Query().Get("format") == "text" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, g := range groups {
+			if g.Error != "" {
+				fmt.Fprintf(w, "%s error %q\n", g.Block, g.Error)
+			}
+			for _, x := range g.Regs {
+				fmt.Fprintf(w, "%s %-8s 0x%03x 0x%08x\n", g.Block, x.Name, x.Offset, x.Value)
+			}
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(groups)
 }
 
 // gc runs full garbage collections and answers the runtime statistics

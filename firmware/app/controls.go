@@ -118,3 +118,37 @@ func net4Mask(bits int) []byte {
 	}
 	return m
 }
+
+// RegisterGroup is one block of GET /debug/regs: "enet", "phy@<addr>",
+// or whatever a board's interface adds.
+type RegisterGroup struct {
+	Block string         `json:"block"`
+	Regs  []fec.Register `json:"regs"`
+	Error string         `json:"error,omitempty"`
+}
+
+// RegisterDumper is a Controls whose device registers GET /debug/regs
+// can read.
+type RegisterDumper interface {
+	Registers() []RegisterGroup
+}
+
+// Registers implements RegisterDumper: the ENET's registers and those of
+// the first PHY that answers on its MDIO bus (addresses 0 to 31).
+func (c *NICControls) Registers() []RegisterGroup {
+	out := []RegisterGroup{{Block: "enet", Regs: c.NIC.Registers()}}
+	addrs := make([]int, 32)
+	for i := range addrs {
+		addrs[i] = i
+	}
+	phy, err := c.NIC.FindPHY(addrs...)
+	if err != nil {
+		return append(out, RegisterGroup{Block: "phy", Error: err.Error()})
+	}
+	g := RegisterGroup{Block: fmt.Sprintf("phy@%d", phy.Addr)}
+	g.Regs, err = c.NIC.PHYRegisters(phy.Addr)
+	if err != nil {
+		g.Error = err.Error()
+	}
+	return append(out, g)
+}
