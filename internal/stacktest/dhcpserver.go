@@ -75,9 +75,19 @@ func ServeDHCP(t *testing.T, s *stack.Stack, nic tcpip.NICID, lease netip.Prefix
 			if len(dnsOpt) > 0 {
 				r.Set(dhcp.OptDNS, dnsOpt)
 			}
-			out, _ := r.Marshal()
-			ep.Write(bytes.NewReader(out), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: nic,
-				Addr: tcpip.AddrFrom4([4]byte{255, 255, 255, 255}), Port: dhcp.ClientPort}})
+			out, merr := r.Marshal()
+			if merr != nil {
+				// The test's own reply: a failure here is the helper's bug.
+				t.Errorf("stacktest: DHCP server: marshal %v: %v", typ, merr)
+				continue
+			}
+			if _, werr := ep.Write(bytes.NewReader(out), tcpip.WriteOptions{To: &tcpip.FullAddress{NIC: nic,
+				Addr: tcpip.AddrFrom4([4]byte{255, 255, 255, 255}), Port: dhcp.ClientPort}}); werr != nil {
+				if _, closed := werr.(*tcpip.ErrClosedForSend); closed {
+					return // the test is ending
+				}
+				t.Errorf("stacktest: DHCP server: send %v: %v", typ, werr)
+			}
 		}
 	}()
 	t.Cleanup(func() { ep.Close(); <-done })
