@@ -318,6 +318,15 @@ func checkE1000e(t *testing.T, m *Machine) {
 	if !strings.Contains(m.Console(), "PCIE 01:00.0 8086:10d3") {
 		t.Errorf("console does not list the device:\n%s", m.Console())
 	}
+	// GET /debug/regs on the 82574L's interface: its registers (STATUS
+	// with link up, bit 1), its PHY's and the root port's.
+	if m.E1000E != nil {
+		code, body, err := m.E1000E.DebugRegs("Bearer " + ControlToken)
+		if err != nil || code != 200 || !strings.Contains(body, "e1000e STATUS ") || !strings.Contains(body, "e1000e-phy BMSR ") ||
+			!strings.Contains(body, "pcie PL_DEBUG1 ") {
+			t.Errorf("e1000e /debug/regs: %d %v\n%s", code, err, body)
+		}
+	}
 }
 
 // TestMCIMX7DEmptyPCIeBus: without an endpoint the i.MX7D firmware still

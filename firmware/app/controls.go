@@ -122,9 +122,25 @@ func net4Mask(bits int) []byte {
 // RegisterGroup is one block of GET /debug/regs: "enet", "phy@<addr>",
 // or whatever a board's interface adds.
 type RegisterGroup struct {
-	Block string         `json:"block"`
-	Regs  []fec.Register `json:"regs"`
-	Error string         `json:"error,omitempty"`
+	Block string     `json:"block"`
+	Regs  []Register `json:"regs"`
+	Error string     `json:"error,omitempty"`
+}
+
+// Register is one register of a RegisterGroup, named as in its manual.
+type Register struct {
+	Name   string `json:"name"`
+	Offset uint32 `json:"offset"`
+	Value  uint32 `json:"value"`
+}
+
+// FromFEC converts the ENET driver's register list.
+func FromFEC(rs []fec.Register) []Register {
+	out := make([]Register, len(rs))
+	for i, r := range rs {
+		out[i] = Register(r)
+	}
+	return out
 }
 
 // RegisterDumper is a Controls whose device registers GET /debug/regs
@@ -136,7 +152,7 @@ type RegisterDumper interface {
 // Registers implements RegisterDumper: the ENET's registers and those of
 // the first PHY that answers on its MDIO bus (addresses 0 to 31).
 func (c *NICControls) Registers() []RegisterGroup {
-	out := []RegisterGroup{{Block: "enet", Regs: c.NIC.Registers()}}
+	out := []RegisterGroup{{Block: "enet", Regs: FromFEC(c.NIC.Registers())}}
 	addrs := make([]int, 32)
 	for i := range addrs {
 		addrs[i] = i
@@ -146,7 +162,8 @@ func (c *NICControls) Registers() []RegisterGroup {
 		return append(out, RegisterGroup{Block: "phy", Error: err.Error()})
 	}
 	g := RegisterGroup{Block: fmt.Sprintf("phy@%d", phy.Addr)}
-	g.Regs, err = c.NIC.PHYRegisters(phy.Addr)
+	rs, err := c.NIC.PHYRegisters(phy.Addr)
+	g.Regs = FromFEC(rs)
 	if err != nil {
 		g.Error = err.Error()
 	}

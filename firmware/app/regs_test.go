@@ -37,7 +37,7 @@ func TestDebugRegs(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &groups); err != nil || w.Code != 200 {
 		t.Fatalf("JSON: %d %v %s", w.Code, err, w.Body)
 	}
-	find := func(block, name string) (fec.Register, bool) {
+	find := func(block, name string) (Register, bool) {
 		for _, g := range groups {
 			if strings.HasPrefix(g.Block, block) {
 				for _, x := range g.Regs {
@@ -47,7 +47,7 @@ func TestDebugRegs(t *testing.T) {
 				}
 			}
 		}
-		return fec.Register{}, false
+		return Register{}, false
 	}
 	// ECR as the driver left it: enabled (ETHEREN) with enhanced BDs.
 	if ecr, ok := find("enet", "ECR"); !ok || ecr.Offset != fec.ENETx_ECR || ecr.Value&fec.ECR_ETHEREN == 0 {

@@ -80,6 +80,44 @@ type e1000eControls struct {
 	nic  *e1000e.NIC
 	ep   *netstack.Endpoint
 	irqs func() (n, ns int64)
+	rc   *pcie.RC
+}
+
+// e1000ePHYRegs are the PHY registers of the dump (IEEE 802.3 clause 22,
+// the 82574's internal PHY).
+var e1000ePHYRegs = []struct {
+	name string
+	reg  int
+}{{"BMCR", 0}, {"BMSR", 1}, {"PHYIDR1", 2}, {"PHYIDR2", 3}, {"ANAR", 4}, {"ANLPAR", 5}, {"ANER", 6},
+	{"GBCR", 9}, {"GBSR", 10}, {"GBESR", 15}}
+
+// Registers implements app.RegisterDumper for GET /debug/regs on NIC 2:
+// the 82574L's registers, its PHY's, and the PCIe root port's.
+func (c *e1000eControls) Registers() []app.RegisterGroup {
+	var out []app.RegisterGroup
+	g := app.RegisterGroup{Block: "e1000e"}
+	for _, r := range c.nic.Registers() {
+		g.Regs = append(g.Regs, app.Register(r))
+	}
+	out = append(out, g)
+	p := app.RegisterGroup{Block: "e1000e-phy"}
+	for _, r := range e1000ePHYRegs {
+		v, err := c.nic.ReadPHY(r.reg)
+		if err != nil {
+			p.Error = err.Error()
+			break
+		}
+		p.Regs = append(p.Regs, app.Register{Name: r.name, Offset: uint32(r.reg), Value: uint32(v)})
+	}
+	out = append(out, p)
+	if c.rc != nil {
+		q := app.RegisterGroup{Block: "pcie"}
+		for _, r := range c.rc.Registers() {
+			q.Regs = append(q.Regs, app.Register(r))
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 // e1000eStats is the 82574L's /stats member: the driver's counters, the
@@ -133,7 +171,7 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	if err != nil {
 		return nil, fmt.Errorf("e1000e: %w", err)
 	}
-	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs}
+	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs, rc: rc}
 	// The services listen on any address of NIC 2, so they follow the
 	// lease.
 	srv := &app.Server{Stack: s, NIC: 2, Ctl: c, Boot: boot, Net: e, Limits: app.DefaultLimits.Split(Interfaces)}
