@@ -98,6 +98,7 @@ func (r *reaper) stats() CloseStats {
 		return CloseStats{}
 	}
 	r.mu.Lock()
+	r.pruneLocked()
 	n, tw := len(r.closing), len(r.tw)
 	r.mu.Unlock()
 	return CloseStats{LingerMs: r.linger.Milliseconds(), MaxOrphans: r.maxOrphans, MaxTimeWait: r.maxTW,
@@ -121,7 +122,11 @@ func waiting(st tcp.EndpointState) bool {
 // close closes c (see above); it never waits for the peer.
 func (r *reaper) close(c *tcpConn) error {
 	release := c.takeRelease()
-	if c.giveUp.Load() {
+	c.mu.Lock()
+	c.closed = true
+	gu := c.givenUp
+	c.mu.Unlock()
+	if gu {
 		c.ep.Abort()
 		err := c.TCPConn.Close()
 		r.reset.Add(1)
@@ -131,9 +136,8 @@ func (r *reaper) close(c *tcpConn) error {
 		return err
 	}
 	err := c.TCPConn.Close()
-	var victim *lingering
+	full := false
 	r.mu.Lock()
-	r.closing = append(r.closing, &lingering{ep: c.ep, release: release, deadline: time.Now().Add(r.linger)})
 	if release == nil {
 		n := 0
 		for _, o := range r.closing {
@@ -141,21 +145,22 @@ func (r *reaper) close(c *tcpConn) error {
 				n++
 			}
 		}
-		if n > r.maxOrphans {
-			for i, o := range r.closing {
-				if o.release == nil {
-					victim = o
-					r.closing = append(r.closing[:i], r.closing[i+1:]...)
-					break
-				}
-			}
-		}
+		full = n >= r.maxOrphans
+	}
+	if !full {
+		r.closing = append(r.closing, &lingering{ep: c.ep, release: release, deadline: time.Now().Add(r.linger)})
 	}
 	r.mu.Unlock()
-	if victim != nil {
-		victim.ep.Abort()
+	if full {
+		// Past MaxOrphans the connection being closed is reset, as
+		// Linux's __tcp_close does past tcp_max_orphans (tcp_check_oom,
+		// TCPABORTONMEMORY): never an older one still delivering, which
+		// another peer's closes would otherwise cut.
+		c.ep.Abort()
 		r.orphanReset.Add(1)
+		return err
 	}
+	c.registered()
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -245,45 +250,65 @@ func (r *reaper) scan(now time.Time) {
 	}
 }
 
-// track adds ep to the endpoints waiting in FIN-WAIT-2 or TIME-WAIT,
-// resetting the oldest past MaxTimeWait.
+// track adds ep to the endpoints waiting in FIN-WAIT-2 or TIME-WAIT; past
+// MaxTimeWait ep itself is reset instead, as Linux declines TIME-WAIT to
+// the socket being closed past tcp_max_tw_buckets (inet_twsk_alloc
+// returns NULL, TCPTIMEWAITOVERFLOW). gVisor has no such choice, so the
+// endpoint is aborted: its peer, which has closed, ignores the RST.
 func (r *reaper) track(ep tcpip.Endpoint) {
-	var victims []tcpip.Endpoint
 	r.mu.Lock()
-	// Forget those that have finished waiting (they leave in order,
-	// mostly: each waits the same time).
-	i := 0
-	for i < len(r.tw) && !waiting(tcp.EndpointState(r.tw[i].State())) {
-		i++
-	}
-	r.tw = append(r.tw[i:], ep)
-	for len(r.tw) > r.maxTW {
-		victims = append(victims, r.tw[0])
-		r.tw[0] = nil
-		r.tw = r.tw[1:]
+	r.pruneLocked()
+	full := len(r.tw) >= r.maxTW
+	if !full {
+		r.tw = append(r.tw, ep)
 	}
 	r.mu.Unlock()
-	for _, v := range victims {
-		// A victim that left TIME-WAIT meanwhile needs nothing (Abort
-		// is only for an endpoint still waiting).
-		if waiting(tcp.EndpointState(v.State())) {
-			v.Abort()
-			r.twReset.Add(1)
+	if full && waiting(tcp.EndpointState(ep.State())) {
+		ep.Abort()
+		r.twReset.Add(1)
+	}
+}
+
+// pruneLocked forgets the tracked endpoints that no longer wait, wherever
+// they are in the list (one reset by its peer leaves from the middle).
+func (r *reaper) pruneLocked() {
+	keep := r.tw[:0]
+	for _, ep := range r.tw {
+		if waiting(tcp.EndpointState(ep.State())) {
+			keep = append(keep, ep)
 		}
 	}
+	clear(r.tw[len(keep):])
+	r.tw = keep
 }
 
 // tcpConn is an accepted connection whose Close goes through the reaper.
 type tcpConn struct {
 	*gonet.TCPConn
-	ep     tcpip.Endpoint
-	r      *reaper
-	giveUp atomic.Bool
-	closed atomic.Bool
-	once   sync.Once
+	ep   tcpip.Endpoint
+	r    *reaper
+	once sync.Once
 
-	mu      sync.Mutex
-	release func()
+	// mu orders giveUp against Close (a review found giveUp seeing the
+	// connection closed before Close had handed it to the reaper, so
+	// neither reset it): givenUp, closed and lingering change under it.
+	mu        sync.Mutex
+	givenUp   bool // to be reset
+	closed    bool // Close has begun
+	lingering bool // in the reaper's list
+	release   func()
+}
+
+// registered records that c is in the reaper's list; if it was given up
+// on meanwhile, it is reset now.
+func (c *tcpConn) registered() {
+	c.mu.Lock()
+	c.lingering = true
+	gu := c.givenUp
+	c.mu.Unlock()
+	if gu {
+		c.r.resetNow(c.ep)
+	}
 }
 
 // setRelease makes f give c's place back once c has delivered what it
@@ -306,10 +331,7 @@ func (c *tcpConn) takeRelease() func() {
 // the reaper. It never waits for the peer.
 func (c *tcpConn) Close() error {
 	err := net.ErrClosed
-	c.once.Do(func() {
-		c.closed.Store(true)
-		err = c.r.close(c)
-	})
+	c.once.Do(func() { err = c.r.close(c) })
 	return err
 }
 
@@ -318,9 +340,15 @@ func (c *tcpConn) Close() error {
 func giveUp(c net.Conn) {
 	switch v := c.(type) {
 	case *tcpConn:
-		if !v.giveUp.Swap(true) && v.closed.Load() {
+		v.mu.Lock()
+		first := !v.givenUp
+		v.givenUp = true
+		lingering := v.lingering
+		v.mu.Unlock()
+		if first && lingering {
 			// Already closed and lingering (an evicted place whose
-			// handler had finished): reset it now.
+			// handler had finished): reset it now. One whose Close has
+			// begun but not yet registered it is reset by registered.
 			v.r.resetNow(v.ep)
 		}
 	case *idleConn:

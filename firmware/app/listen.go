@@ -63,6 +63,9 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, er
 		ep.Close()
 		return nil, fmt.Errorf("app: listen TCP %d: %s", port, terr)
 	}
+	if sndBuf <= 0 {
+		sndBuf = TCPSendBufferSize
+	}
 	return &tcpListener{ep: ep, wq: wq, sndBuf: int64(sndBuf), reap: s.reaper(), closed: make(chan struct{})}, nil
 }
 
@@ -71,7 +74,7 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, er
 type tcpListener struct {
 	ep     tcpip.Endpoint
 	wq     *waiter.Queue
-	sndBuf int64 // 0: the stack's default
+	sndBuf int64
 	reap   *reaper
 	once   sync.Once
 	closed chan struct{}
@@ -85,9 +88,11 @@ func (l *tcpListener) Accept() (net.Conn, error) {
 	for {
 		n, wq, err := l.ep.Accept(nil)
 		if err == nil {
-			if l.sndBuf > 0 {
-				n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
-			}
+			// Set on every connection, not only where it differs from the
+			// stack's default: gVisor auto-tunes a send buffer nobody set
+			// up to the stack's maximum (the source's 1 MiB), past what
+			// the budget counts (a review found 1 MiB orphans).
+			n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
 			return &tcpConn{TCPConn: gonet.NewTCPConn(wq, n), ep: n, r: l.reap}, nil
 		}
 		if _, ok := err.(*tcpip.ErrWouldBlock); !ok {
