@@ -739,3 +739,64 @@ func TestPendingSharedBetweenPeers(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestBidirStreamsBounded: with --bidir a test holds two data streams per
+// -P (the stock client opens -P on which it sends and -P on which it
+// receives), and MaxStreams bounds the streams a test holds, not -P: each
+// stream is one of the places in the firmware's memory budget
+// (firmware/app/budget.go). At the limit (-P 2 --bidir, 4 streams of 4)
+// the test runs; past it (-P 3 --bidir, 6 streams) it is refused as an
+// over-large -P is, with IENUMSTREAMS, and counted in BadParams.
+func TestBidirStreamsBounded(t *testing.T) {
+	ts := startServer(t, Config{MaxStreams: 4})
+	c := dialFake(t, ts)
+	c.start(map[string]any{"tcp": true, "time": 1, "parallel": 2, "bidirectional": true, "len": 1000})
+	var streams []net.Conn
+	for range 4 {
+		streams = append(streams, c.tcpStream())
+	}
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	// The client sends on its first -P streams and receives on the rest.
+	for _, s := range streams[:2] {
+		if _, err := s.Write(make([]byte, 200)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range streams[2:] {
+		s.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if _, err := io.ReadFull(s, make([]byte, 1000)); err != nil {
+			t.Fatalf("the server does not send on a receiving stream: %v", err)
+		}
+	}
+	waitFor(t, "400 bytes received", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		var n uint64
+		for _, st := range ts.active.streams {
+			if !st.sender {
+				n += st.bytes.Load()
+			}
+		}
+		return n == 400
+	})
+	if r := c.finish(400); len(r.Streams) != 4 {
+		t.Fatalf("server results for %d streams, want 4: %+v", len(r.Streams), r)
+	}
+	ts.idle(t)
+	if st := ts.Stats(); st.Completed != 1 || st.Aborted != 0 || !st.Last.Bidir || st.Last.Streams != 2 ||
+		st.Last.BytesReceived != 400 || st.Last.BytesSent == 0 {
+		t.Fatalf("after -P 2 --bidir: stats %+v, last %+v", st, *st.Last)
+	}
+
+	// Past the limit: refused before CREATE_STREAMS, no stream opened.
+	c = dialFake(t, ts)
+	c.expect(stateParamExchange)
+	c.sendJSON(map[string]any{"tcp": true, "time": 1, "parallel": 3, "bidirectional": true, "len": 1000})
+	c.expectError(ieNumStreams)
+	settle(t, ts, "BadParams", func(s Stats) uint64 { return s.BadParams }, 1)
+	if st := ts.Stats(); !strings.Contains(st.LastError, "6 streams") || st.Aborted != 1 {
+		t.Errorf("after -P 3 --bidir: stats %+v", st)
+	}
+	fullTCP(t, ts)
+}

@@ -43,7 +43,12 @@ import (
 type Config struct {
 	// CPU is sampled at the start and end of each test; DefaultCPU() if nil.
 	CPU CPUSource
-	// MaxStreams bounds -P (default 128, the reference client's limit).
+	// MaxStreams bounds the data streams a test holds: -P, or twice -P
+	// with --bidir, which opens -P streams in each direction (default
+	// 128, the reference client's limit for -P). Each stream is a
+	// connection, a goroutine and its buffers, so this is the number of
+	// places a memory budget counts for a test's streams; a test asking
+	// for more is refused with IENUMSTREAMS (BadParams).
 	MaxStreams int
 	// HandshakeTimeout bounds every control-connection exchange: the
 	// cookie, the parameters, the results, each state byte written
