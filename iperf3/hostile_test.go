@@ -800,3 +800,64 @@ func TestBidirStreamsBounded(t *testing.T) {
 	}
 	fullTCP(t, ts)
 }
+
+// TestTricklingTestEnded: a test bounded by bytes (-n) rather than time
+// has no -t to end it, and a client that trickles its bytes (one every
+// 50 ms, well inside IdleTimeout) kept the only test slot for as long as
+// it liked while every other client was told the server is busy. Every
+// test now ends MaxDuration + Grace after TEST_START however its bytes
+// arrive (counted in Timeouts), a -O plus -t longer than MaxDuration is
+// refused up front, and the next client is served.
+func TestTricklingTestEnded(t *testing.T) {
+	// The trickle (a byte every 50 ms) keeps the idle watchdog (1 s) from
+	// ending the test; only the deadline (2 s + 1 s) can.
+	ts := startServer(t, Config{MaxDuration: 2 * time.Second, Grace: time.Second, IdleTimeout: time.Second})
+	c := dialFake(t, ts)
+	c.start(map[string]any{"tcp": true, "num": 1 << 20, "parallel": 1, "len": 1000})
+	s := c.tcpStream()
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	stop := make(chan struct{})
+	trickled := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { trickled <- n }()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := s.Write([]byte{0x5a}); err != nil {
+				return
+			}
+			n++
+		}
+	}()
+	// While it trickles, the slot is taken.
+	other := dialFake(t, ts)
+	other.expect(stateAccessDenied)
+	c.expectError(ieNoMsg)
+	close(stop)
+	n := <-trickled
+	settle(t, ts, "Timeouts", func(s Stats) uint64 { return s.Timeouts }, 1)
+	if st := ts.Stats(); !strings.Contains(st.LastError, "no TEST_END 1s after the longest test, 2s") {
+		t.Fatalf("ended for another reason than the deadline: stats %+v", st)
+	}
+	t.Logf("trickled %d bytes before the server ended the test", n)
+
+	// -O 1 -t 2 is longer than MaxDuration: refused before any stream.
+	c = dialFake(t, ts)
+	c.expect(stateParamExchange)
+	c.sendJSON(map[string]any{"tcp": true, "time": 2, "omit": 1, "parallel": 1})
+	c.expectError(ieDuration)
+	settle(t, ts, "BadParams", func(s Stats) uint64 { return s.BadParams }, 1)
+
+	// A well-behaved client is served.
+	fullTCP(t, ts)
+	if st := ts.Stats(); st.Completed != 1 || st.Aborted != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
