@@ -861,3 +861,30 @@ func TestTricklingTestEnded(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestStreamOutlivesHandshakeTimeout: a TCP stream keeps being read after
+// HandshakeTimeout. The read deadline set for its cookie was never
+// cleared, so a receiving stream stopped being read HandshakeTimeout
+// (10 s by default) after it connected: a forward test longer than that
+// counted only its first seconds, or was ended as idle.
+func TestStreamOutlivesHandshakeTimeout(t *testing.T) {
+	ts := startServer(t, Config{HandshakeTimeout: 300 * time.Millisecond, IdleTimeout: 5 * time.Second})
+	c := dialFake(t, ts)
+	c.start(map[string]any{"tcp": true, "time": 5, "parallel": 1, "len": 1000})
+	s := c.tcpStream()
+	c.expect(stateTestStart)
+	c.expect(stateTestRunning)
+	time.Sleep(time.Second) // past HandshakeTimeout since the stream's cookie
+	if _, err := s.Write(make([]byte, 900)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "900 bytes counted after HandshakeTimeout", func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.active != nil && ts.active.progress() == 900
+	})
+	if r := c.finish(900); r.Streams[0].Bytes != 900 {
+		t.Fatalf("server results %+v", r)
+	}
+	ts.idle(t)
+}

@@ -93,6 +93,10 @@ func (t *test) addTCPStream(c net.Conn, order uint64) bool {
 	if st == nil {
 		return false
 	}
+	// The deadline set for the cookie would otherwise end the stream's
+	// reads HandshakeTimeout after it connected; the test's own watchdogs
+	// (IdleTimeout, the deadline) bound it from here.
+	c.SetReadDeadline(time.Time{})
 	st.conn = c
 	if last {
 		close(t.ready)
