@@ -274,3 +274,27 @@ func TestStockClientBusy(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestStockClientBidirLimit: the stock client with --bidir opens two
+// streams per -P; with MaxStreams 4 it runs -P 2 --bidir and is refused
+// -P 3 --bidir with its own text for IENUMSTREAMS ("number of parallel
+// streams too large (maximum = 128)": the client's own limit for -P; the
+// server logs the real one). Before the fix it ran 6 streams.
+func TestStockClientBidirLimit(t *testing.T) {
+	iperf3Path(t)
+	ts := startServer(t, Config{MaxStreams: 4})
+	r, raw := runClient(t, ts, "-t", "1", "-P", "2", "--bidir")
+	if r.Error != "" || len(r.End.Streams) != 4 {
+		t.Fatalf("-P 2 --bidir: error %q, %d streams\n%s", r.Error, len(r.End.Streams), raw)
+	}
+	ts.idle(t)
+	r, _ = runClient(t, ts, "-t", "1", "-P", "3", "--bidir")
+	t.Logf("-P 3 --bidir: client error %q", r.Error)
+	if !strings.Contains(r.Error, "parallel streams") {
+		t.Errorf("-P 3 --bidir: error %q, want the too-many-streams error", r.Error)
+	}
+	ts.idle(t)
+	if st := ts.Stats(); st.Completed != 1 || st.BadParams != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -32,7 +32,11 @@ func FuzzParseParams(f *testing.F) {
 			}
 			return
 		}
-		if p.Streams < 1 || p.Streams > maxStreams || p.Duration < 0 || p.Duration > maxDurationSeconds ||
+		held := p.Streams
+		if p.Bidir {
+			held *= 2
+		}
+		if p.Streams < 1 || held > maxStreams || p.Duration < 0 || p.Duration > maxDurationSeconds ||
 			p.Omit < 0 || p.Omit > maxDurationSeconds {
 			t.Fatalf("accepted out-of-range parameters %+v", p)
 		}

@@ -108,7 +108,9 @@ func badParam(code int32, format string, a ...any) error {
 }
 
 // ParseParams decodes and validates a PARAM_EXCHANGE object. maxStreams
-// bounds -P. The error, if any, is a *paramError naming the offending key.
+// bounds the data streams the test holds: -P, or twice -P with --bidir
+// (the client opens -P streams in each direction). The error, if any, is
+// a *paramError naming the offending key.
 func ParseParams(b []byte, maxStreams int) (Params, error) {
 	var p Params
 	if len(b) > maxParamsJSON {
@@ -160,6 +162,9 @@ func ParseParams(b []byte, maxStreams int) (Params, error) {
 		return p, err
 	}
 	p.Streams = max(int(f), 1)
+	if p.Bidir && 2*p.Streams > maxStreams {
+		return p, badParam(ieNumStreams, "parameters: parallel=%d with bidirectional is %d streams, limit %d", p.Streams, 2*p.Streams, maxStreams)
+	}
 	if f, err = num("time", 0, maxDurationSeconds, ieDuration); err != nil {
 		return p, err
 	}

@@ -43,7 +43,12 @@ import (
 type Config struct {
 	// CPU is sampled at the start and end of each test; DefaultCPU() if nil.
 	CPU CPUSource
-	// MaxStreams bounds -P (default 128, the reference client's limit).
+	// MaxStreams bounds the data streams a test holds: -P, or twice -P
+	// with --bidir, which opens -P streams in each direction (default
+	// 128, the reference client's limit for -P). Each stream is a
+	// connection, a goroutine and its buffers, so this is the number of
+	// places a memory budget counts for a test's streams; a test asking
+	// for more is refused with IENUMSTREAMS (BadParams).
 	MaxStreams int
 	// HandshakeTimeout bounds every control-connection exchange: the
 	// cookie, the parameters, the results, each state byte written
@@ -55,9 +60,21 @@ type Config struct {
 	// IdleTimeout ends a running test in which no byte moved on any stream
 	// for this long (default 30 s).
 	IdleTimeout time.Duration
-	// Grace ends a timed test that runs this much longer than -O plus -t
-	// without the client's TEST_END (default 10 s).
+	// Grace ends a test that runs this much longer than -O plus -t (or,
+	// without -t, than MaxDuration) without the client's TEST_END
+	// (default 10 s).
 	Grace time.Duration
+	// MaxDuration is the longest test (default 1 h): -O plus -t longer
+	// than this is refused with IEDURATION (BadParams), and every test,
+	// whatever bounds it (-t, -n, -k), is ended (Timeouts) if the
+	// client's TEST_END has not come MaxDuration plus Grace after
+	// TEST_START; no byte that arrives renews it. One test runs at a
+	// time, so this is the longest one client keeps every other waiting:
+	// a -n or -k test has no -t to end it, and a client trickling its
+	// bytes inside IdleTimeout otherwise held the server for as long as it
+	// liked. An hour is far longer than the project's measurements
+	// (seconds) and than the reference client's own limit for -O (600 s).
+	MaxDuration time.Duration
 	// MaxPending bounds the connections waiting to send their cookie;
 	// further ones are closed at once (default 32).
 	MaxPending int
@@ -90,6 +107,9 @@ func (c *Config) defaults() {
 	}
 	if c.Grace <= 0 {
 		c.Grace = 10 * time.Second
+	}
+	if c.MaxDuration <= 0 {
+		c.MaxDuration = time.Hour
 	}
 	if c.MaxPending <= 0 {
 		c.MaxPending = 32

@@ -93,6 +93,10 @@ func (t *test) addTCPStream(c net.Conn, order uint64) bool {
 	if st == nil {
 		return false
 	}
+	// The deadline set for the cookie would otherwise end the stream's
+	// reads HandshakeTimeout after it connected; the test's own watchdogs
+	// (IdleTimeout, the deadline) bound it from here.
+	c.SetReadDeadline(time.Time{})
 	st.conn = c
 	if last {
 		close(t.ready)
@@ -236,6 +240,9 @@ func (t *test) drive(res *Result, start, end *time.Time, cpu0 *cpuSample) *abort
 		}
 		return t.fail(&st.BadParams, code, "%w", err)
 	}
+	if time.Duration(p.Omit+p.Duration)*time.Second > cfg.MaxDuration {
+		return t.fail(&st.BadParams, ieDuration, "parameters: omit=%d plus time=%d s longer than the longest test, %v", p.Omit, p.Duration, cfg.MaxDuration)
+	}
 	if p.UDP && s.udp == nil {
 		return t.fail(&st.BadParams, ieProtocol, "parameters: UDP asked for but the server has no UDP socket")
 	}
@@ -318,9 +325,13 @@ func (t *test) drive(res *Result, start, end *time.Time, cpu0 *cpuSample) *abort
 	lastProgress, lastMove := t.progress(), time.Now()
 	omitEnd := start.Add(time.Duration(p.Omit) * time.Second)
 	omitted := p.Omit == 0
-	var deadline time.Time
+	// Every test has a deadline that nothing the client sends renews; a
+	// timed one's (-O plus -t, at most MaxDuration) is the sooner.
+	deadline := start.Add(cfg.MaxDuration + cfg.Grace)
+	overrun := fmt.Sprintf("no TEST_END %v after the longest test, %v", cfg.Grace, cfg.MaxDuration)
 	if p.Duration > 0 {
 		deadline = omitEnd.Add(time.Duration(p.Duration)*time.Second + cfg.Grace)
+		overrun = fmt.Sprintf("no TEST_END %v after the %d s test", cfg.Grace, p.Duration)
 	}
 running:
 	for {
@@ -341,8 +352,8 @@ running:
 			} else if now.Sub(lastMove) > cfg.IdleTimeout {
 				return t.fail(&st.Timeouts, ieNoMsg, "no data moved for %v", cfg.IdleTimeout)
 			}
-			if !deadline.IsZero() && now.After(deadline) {
-				return t.fail(&st.Timeouts, ieNoMsg, "no TEST_END %v after the %d s test", cfg.Grace, p.Duration)
+			if now.After(deadline) {
+				return t.fail(&st.Timeouts, ieNoMsg, "%s", overrun)
 			}
 		case <-s.closed:
 			t.sendState(stateServerTerminate)
