@@ -888,3 +888,57 @@ func TestStreamOutlivesHandshakeTimeout(t *testing.T) {
 	}
 	ts.idle(t)
 }
+
+// TestTurnsBetweenPeers: a peer told the server is busy gets the next
+// test: for TurnWait after a test during which another peer was denied,
+// the peer that ran it is denied (Deferred) and the other is served.
+// Without turns, a client reconnecting the moment its test ended won the
+// race every time and could hold the server test after test.
+func TestTurnsBetweenPeers(t *testing.T) {
+	ts := startServer(t, Config{TurnWait: 30 * time.Second})
+	runOne := func(c *fakeClient) {
+		c.start(tcpParams)
+		s := c.tcpStream()
+		c.expect(stateTestStart)
+		c.expect(stateTestRunning)
+		if _, err := s.Write(make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "100 bytes", func() bool {
+			ts.mu.Lock()
+			defer ts.mu.Unlock()
+			return ts.active != nil && len(ts.active.streams) == 1 && ts.active.streams[0].bytes.Load() == 100
+		})
+		c.finish(100)
+		c.send(stateByte(stateIperfDone))
+		ts.idle(t)
+	}
+	peer := func(local string) *fakeClient {
+		c := &fakeClient{t: t, ts: ts, local: local, cookie: testCookie("turn"+local[len(local)-1:], cookieSeq.Add(1))}
+		c.ctrl = c.dial(c.cookie)
+		return c
+	}
+	// Alone, a peer runs test after test.
+	runOne(peer("127.0.0.1"))
+	runOne(peer("127.0.0.1"))
+	// Another peer is denied while the first runs...
+	a := peer("127.0.0.1")
+	a.start(tcpParams)
+	b := peer("127.0.0.2")
+	b.expect(stateAccessDenied)
+	s := a.tcpStream()
+	a.expect(stateTestStart)
+	a.expect(stateTestRunning)
+	s.Write(make([]byte, 100))
+	a.finish(0)
+	a.send(stateByte(stateIperfDone))
+	ts.idle(t)
+	// ...so the first is deferred, and the second is served.
+	peer("127.0.0.1").expect(stateAccessDenied)
+	runOne(peer("127.0.0.2"))
+	if st := ts.Stats(); st.Deferred != 1 || st.Denied != 2 || st.Completed != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Its turn taken, the first peer is served again.
+	runOne(peer("127.0.0.1"))
+}
