@@ -125,7 +125,11 @@ type Stats struct {
 	// RQRecoveries counts receive queues reset after an error; RxFlushed
 	// the buffers the card returned with a flush CQE meanwhile.
 	RQRecoveries, RxFlushed uint64
-	Commands                int
+	// RxErrNoRecovery counts the receive errors that left the RQ ready
+	// (a syndrome Linux does not recover from, or QUERY_RQ found the RQ
+	// not in ERR): the buffer is posted again, no reset.
+	RxErrNoRecovery uint64
+	Commands        int
 }
 
 // Caps are the capabilities read from the card.

@@ -58,3 +58,40 @@ func TestReceiveErrorRecovers(t *testing.T) {
 		t.Fatalf("driver %+v model %+v", st, ms)
 	}
 }
+
+// TestReceiveErrorNoRecovery: a receive error whose syndrome leaves the RQ
+// ready (local access, 0x11; Linux recovers only after 0x02, 0x04, 0x05,
+// en/health.h cqe_syndrome_needs_recover) is reported and counted, its
+// buffer is posted again, and reception goes on without an RQ reset. So is
+// a needs-recovery syndrome that finds the RQ still ready when the driver
+// asks (QUERY_RQ), as Linux's recovery asks before it resets.
+func TestReceiveErrorNoRecovery(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{MAC: [6]byte{2, 0xC7, 0, 0, 0, 2},
+		Config: func(c *connectx.Config) { c.RxRing = 16 }})
+	for k, fl := range []connectxtest.Faults{{FailRx: 0x11}, {FailRx: 0x04, FailRxReady: true}} {
+		r.Model.SetFaults(fl)
+		if r.Model.Deliver(udp4(make([]byte, 200), true)) {
+			t.Fatalf("%+v: the failing frame was delivered", fl)
+		}
+		if fr, err := r.NIC.Receive(); fr != nil || !errors.Is(err, connectx.ErrRxError) {
+			t.Fatalf("%+v: after the error CQE: %v %v", fl, fr, err)
+		}
+		for i := 0; i < 40; i++ {
+			g := udp4(bytes.Repeat([]byte{byte(i)}, 100+i), true)
+			if !r.Model.Deliver(g) {
+				t.Fatalf("%+v: frame %d after the error not delivered: model %+v driver %+v", fl, i, r.Model.Stats(), r.NIC.Stats())
+			}
+			fr, err := r.NIC.Receive()
+			if err != nil || fr == nil || !bytes.Equal(fr.Bytes(), g) {
+				t.Fatalf("%+v: frame %d after the error: %v %v", fl, i, fr, err)
+			}
+			if err := fr.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := r.NIC.Stats()
+		if st.RQRecoveries != 0 || st.RxErrors != uint64(k+1) || st.RxErrNoRecovery != uint64(k+1) || st.RxFlushed != 0 {
+			t.Fatalf("%+v: driver %+v model %+v", fl, st, r.Model.Stats())
+		}
+	}
+}

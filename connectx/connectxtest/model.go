@@ -117,6 +117,12 @@ type Faults struct {
 	// responder syndrome (e.g. 0x04, local protection, as a bad lkey or
 	// an unreachable buffer gives) instead of landing.
 	FailRx uint8
+	// FailRxReady makes the FailRx error leave the RQ as it is, whatever
+	// the syndrome: the case Linux's RQ recovery asks QUERY_RQ about
+	// before resetting (en/reporter_rx.c
+	// mlx5e_rx_reporter_err_rq_cqe_recover: "if (state !=
+	// MLX5_RQC_STATE_ERR) goto out").
+	FailRxReady bool
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
