@@ -658,8 +658,9 @@ func (f *Frame) Release() error {
 
 // Receive returns the next frame, (nil, nil) when none waits, or an error
 // for a frame the card reported bad (counted; its buffer is reposted).
-// A receive error other than a length error puts the RQ in ERR; the
-// card then returns every posted buffer with a flush CQE (taken here
+// After a receive error with a syndrome Linux recovers from (needsRecovery)
+// the driver asks the card for the RQ's state; if it is in ERR, the card
+// returns every posted buffer with a flush CQE (taken here
 // without a report) and, once all are back, the RQ is reset and refilled
 // (Linux en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover).
 func (n *NIC) Receive() (netstack.Frame, error) {
@@ -694,7 +695,17 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 				csum: c.CheckSum}, nil
 		}
 		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-		queueErr := err == nil && c.Opcode == CQEOpRespErr && c.Syndrome != SyndromeLength
+		queueErr := false
+		if err == nil && c.Opcode == CQEOpRespErr && !n.rq.err && needsRecovery(c.Syndrome) {
+			// Linux asks the card before it resets the RQ and resets it
+			// only from ERR (en/reporter_rx.c
+			// mlx5e_rx_reporter_err_rq_cqe_recover, mlx5e_query_rq_state).
+			st, qerr := n.queryRQState()
+			if qerr != nil {
+				n.broken = fmt.Errorf("connectx: receive queue state after syndrome %#x: %w", c.Syndrome, qerr)
+			}
+			queueErr = qerr == nil && st == StateERR
+		}
 		if queueErr || n.rq.err {
 			// The RQ is in ERR: this buffer waits for the reset.
 			n.rq.free = append(n.rq.free, id)
@@ -712,6 +723,7 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 			continue
 		}
 		n.stats.RxErrors++
+		n.stats.RxErrNoRecovery++
 		n.postRx(id)
 		n.mem.Barrier()
 		storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
@@ -720,6 +732,27 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		}
 		return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
 	}
+}
+
+// needsRecovery reports whether a receive error with syndrome syn may have
+// put the RQ in ERR: LOCAL_QP_OP_ERR, LOCAL_PROT_ERR, WR_FLUSH_ERR, as
+// Linux's en/health.h cqe_syndrome_needs_recover (en_rx.c trigger_report
+// recovers after no other).
+func needsRecovery(syn uint8) bool {
+	return syn == SyndromeQPOp || syn == SyndromeProt || syn == SyndromeFlush
+}
+
+// queryRQState asks the card for the RQ's state (QUERY_RQ; mlx5_ifc.h
+// query_rq_out: rq_context at 0x20, rqc state bits 23..20 of its first
+// dword; Linux gives the whole query_rq_out, 0x110 bytes).
+func (n *NIC) queryRQState() (uint32, error) {
+	in := newIn(OpQueryRQ, 0, 0x10)
+	put32(in, 0x08, n.obj.rq)
+	out, err := n.exec(in, 0x110)
+	if err != nil {
+		return 0, fmt.Errorf("connectx: QUERY_RQ %#x: %w", n.obj.rq, err)
+	}
+	return Field{0x20, 23, 20}.Get(out), nil
 }
 
 // recoverRQ returns an RQ in ERR to service once the card has given back

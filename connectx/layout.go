@@ -86,6 +86,7 @@ const (
 	OpCreateRQ             = 0x908
 	OpModifyRQ             = 0x909
 	OpDestroyRQ            = 0x90A
+	OpQueryRQ              = 0x90B
 	OpCreateTIS            = 0x912
 	OpDestroyTIS           = 0x914
 	OpSetFlowTableRoot     = 0x92F

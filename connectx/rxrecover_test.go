@@ -69,12 +69,17 @@ func TestReceiveErrorNoRecovery(t *testing.T) {
 	r := connectxtest.NewRig(t, connectxtest.RigOptions{MAC: [6]byte{2, 0xC7, 0, 0, 0, 2},
 		Config: func(c *connectx.Config) { c.RxRing = 16 }})
 	for k, fl := range []connectxtest.Faults{{FailRx: 0x11}, {FailRx: 0x04, FailRxReady: true}} {
+		cmds := r.NIC.Stats().Commands
 		r.Model.SetFaults(fl)
 		if r.Model.Deliver(udp4(make([]byte, 200), true)) {
 			t.Fatalf("%+v: the failing frame was delivered", fl)
 		}
 		if fr, err := r.NIC.Receive(); fr != nil || !errors.Is(err, connectx.ErrRxError) {
 			t.Fatalf("%+v: after the error CQE: %v %v", fl, fr, err)
+		}
+		// Only a syndrome Linux recovers from costs a QUERY_RQ.
+		if asked := r.NIC.Stats().Commands - cmds; asked != k {
+			t.Fatalf("%+v: %d commands after the error CQE, want %d", fl, asked, k)
 		}
 		for i := 0; i < 40; i++ {
 			g := udp4(bytes.Repeat([]byte{byte(i)}, 100+i), true)

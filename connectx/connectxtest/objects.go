@@ -207,6 +207,16 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 		}
 		delete(m.sqs, id)
 		return stOK, 0
+	case 0x90B:
+		// QUERY_RQ (mlx5_ifc.h query_rq_in: rqn at 0x08 bits 23..0;
+		// query_rq_out: rq_context at 0x20, rqc state in its first
+		// dword, bits 23..20).
+		q := m.rqs[id]
+		if q == nil {
+			return stBadResource, id
+		}
+		set32(out, 0x20, q.state<<20)
+		return stOK, 0
 	case 0x90A:
 		if m.rqs[id] == nil {
 			return stBadResource, id
