@@ -96,6 +96,12 @@ type Config struct {
 	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush,
 	// FLUSH_ON_ERROR); past it the card is failed (Fail).
 	SQFlushTimeout time.Duration
+	// RQFlushTimeout bounds the same wait after a receive error that put
+	// the RQ in ERR, for the card to return every posted buffer (default
+	// 2 s, as the SQ's: Linux does not wait for the RQ's flush CQEs,
+	// en/reporter_rx.c frees the descriptors, so the bound is ours); past
+	// it Poll fails the card (Fail).
+	RQFlushTimeout time.Duration
 	// MaxPages bounds the firmware pages the driver will give (default
 	// 16384, 64 MiB); a request beyond it is refused.
 	MaxPages int
@@ -188,6 +194,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.RQFlushTimeout == 0 {
+		c.RQFlushTimeout = 2 * time.Second
 	}
 	if c.SQFlushTimeout == 0 {
 		c.SQFlushTimeout = 2 * time.Second

@@ -78,10 +78,12 @@ type recvQueue struct {
 	// other than a length error put the RQ in ERR; the buffers the card
 	// returns meanwhile (flush CQEs) and those the stack releases wait in
 	// free until every posted WQE came back (cc == pc), then the RQ is
-	// reset and they are posted again.
-	cc   uint32
-	err  bool
-	free []uint32
+	// reset and they are posted again (errAt: when the error came; Poll
+	// fails the card past RQFlushTimeout).
+	cc    uint32
+	err   bool
+	errAt time.Time
+	free  []uint32
 }
 
 // maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits
@@ -564,6 +566,11 @@ func (n *NIC) Poll() {
 	}
 	n.pollEQ()
 	done := n.pollTx(nil)
+	if rq := &n.rq; rq.err && n.failed == nil && n.cfg.Now().Sub(rq.errAt) > n.cfg.RQFlushTimeout {
+		// The card still holds posted buffers: they stay its own, so
+		// the RQ is not reset; the card is failed (BME off) instead.
+		done = append(done, n.failLocked(fmt.Errorf("RQ %#x flush timed out after %v (cc %d, pc %d)", n.obj.rq, n.cfg.RQFlushTimeout, rq.cc, rq.pc))...)
+	}
 	ready := n.rxcq.next() != nil
 	n.mu.Unlock()
 	n.complete(done)
@@ -710,6 +717,9 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 			// The RQ is in ERR: this buffer waits for the reset.
 			n.rq.free = append(n.rq.free, id)
 			first := !n.rq.err
+			if first {
+				n.rq.errAt = n.cfg.Now()
+			}
 			n.rq.err = true
 			if c.Syndrome == SyndromeFlush {
 				n.stats.RxFlushed++

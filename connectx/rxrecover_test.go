@@ -3,7 +3,9 @@ package connectx_test
 import (
 	"bytes"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/connectx/connectxtest"
@@ -98,5 +100,52 @@ func TestReceiveErrorNoRecovery(t *testing.T) {
 		if st.RQRecoveries != 0 || st.RxErrors != uint64(k+1) || st.RxErrNoRecovery != uint64(k+1) || st.RxFlushed != 0 {
 			t.Fatalf("%+v: driver %+v model %+v", fl, st, r.Model.Stats())
 		}
+	}
+}
+
+// TestReceiveErrorFlushNeverComes: when the card never returns the posted
+// buffers after an RQ error, the driver neither resets the RQ nor reuses
+// them: after RQFlushTimeout it fails the card (Bus Master Enable off,
+// Err set), and Close then frees the memory without commands.
+func TestReceiveErrorFlushNeverComes(t *testing.T) {
+	var now atomic.Int64
+	n, err, m, mem := open(t, func(o *connectxtest.Options) { o.MAC = [6]byte{2, 0xC7, 0, 0, 0, 2} },
+		connectxtest.Faults{FailRx: 0x04, HoldFlush: true}, func(c *connectx.Config) {
+			c.RxRing = 16
+			c.Now = func() time.Time { return time.Unix(0, now.Load()) }
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Deliver(udp4(make([]byte, 200), true)) {
+		t.Fatal("the failing frame was delivered")
+	}
+	if fr, err := n.Receive(); fr != nil || !errors.Is(err, connectx.ErrRxError) {
+		t.Fatalf("after the error CQE: %v %v", fr, err)
+	}
+	for i := 0; i < 1000 && n.Err() == nil; i++ {
+		now.Add(int64(10 * time.Millisecond)) // 10 s in all: a bound, not a measure
+		n.Poll()
+		if fr, err := n.Receive(); fr != nil || err != nil {
+			t.Fatalf("while the flush is held: %v %v", fr, err)
+		}
+	}
+	if err := n.Err(); !errors.Is(err, connectx.ErrFailed) {
+		t.Fatalf("the flush never came and the NIC did not fail: %v; driver %+v", err, n.Stats())
+	}
+	if m.State().BusMaster {
+		t.Fatal("failed with Bus Master Enable on")
+	}
+	if st := n.Stats(); st.RQRecoveries != 0 {
+		t.Fatalf("RQ reset while the card held its buffers: %+v", st)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if l := mem.Live(); l != 0 {
+		t.Errorf("%d DMA allocations left", l)
+	}
+	for _, v := range m.Violations() {
+		t.Errorf("model: %s", v)
 	}
 }

@@ -521,7 +521,11 @@ func (m *Model) rqError(rq *wq, pc uint32) {
 		e[0x37] = 0x05
 		e[0x3F] = 0xE << 4
 		m.stats.RxFlushed++
-		m.postCQE(rq.cqn, e)
+		if m.faults.HoldFlush {
+			m.lateFlush = append(m.lateFlush, lateCQE{rq, rq.cqn, e})
+		} else {
+			m.postCQE(rq.cqn, e)
+		}
 		rq.ci = (rq.ci + 1) & 0xFFFF
 	}
 }

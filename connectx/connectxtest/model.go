@@ -106,8 +106,8 @@ type Faults struct {
 	// HoldTx makes the card take doorbells but not execute them until
 	// ReleaseTx (a paused port: the send queue fills up).
 	HoldTx bool
-	// HoldFlush keeps the flush error CQEs an SQ in error owes (one per
-	// outstanding WQE, after the error CQE) in the card until
+	// HoldFlush keeps the flush error CQEs an SQ or RQ in error owes (one
+	// per outstanding WQE, after the error CQE) in the card until
 	// ReleaseFlush: they arrive late.
 	HoldFlush bool
 	// HoldCmd makes the firmware take command doorbells but complete the

@@ -540,7 +540,7 @@ func (m *Model) modifyWQ(send bool, in []byte) (uint8, uint32) {
 		// waits for the flush (cc == pc) before MODIFY_SQ ERR->RST.
 		for _, l := range m.lateFlush {
 			if l.q == q {
-				m.violation("MODIFY_SQ %#x to RST while the card still owes flush CQEs for its WQEs", n)
+				m.violation("MODIFY_%s %#x to RST while the card still owes flush CQEs for its WQEs", map[bool]string{true: "SQ", false: "RQ"}[send], n)
 				break
 			}
 		}
