@@ -284,3 +284,28 @@ func TestPagesBeyondDMARegion(t *testing.T) {
 	t.Logf("Open: %v", err)
 	clean(t, m, mem)
 }
+
+// TestPortAdminStatus: bring-up sets the port's admin status UP (PAOS, as
+// Linux's mlx5e_open does) and only then does the card report the port up
+// and take frames; Close sets it DOWN again (mlx5e_close).
+func TestPortAdminStatus(t *testing.T) {
+	n, err, m, _ := open(t, nil, connectxtest.Faults{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.State().AdminUp || !n.Link() {
+		t.Fatalf("after Open: admin up %v, link %v", m.State().AdminUp, n.Link())
+	}
+	if !m.Deliver(udp4(make([]byte, 100), true)) {
+		t.Fatalf("a frame after Open not taken: %+v", m.Stats())
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m.State().AdminUp {
+		t.Fatal("admin status still up after Close")
+	}
+	for _, v := range m.Violations() {
+		t.Errorf("model: %s", v)
+	}
+}

@@ -106,6 +106,7 @@ const (
 	AccessRegWrite = 0
 	AccessRegRead  = 1
 	RegPMTU        = 0x5003
+	RegPAOS        = 0x5006 // MLX5_REG_PAOS
 )
 
 // Page stages (QUERY_PAGES op_mod) and MANAGE_PAGES op_mods.

@@ -422,6 +422,10 @@ func (m *Model) Deliver(frame []byte) bool {
 	if ok {
 		rq = m.rqs[m.tirs[fe.tir][0]]
 	}
+	if !m.adminUp {
+		m.stats.RxPortDown++ // PAOS admin status down: the port takes nothing
+		return false
+	}
 	if rq != nil && rq.state == 3 {
 		m.stats.RxQueueError++ // an RQ in ERR takes nothing
 		return false

@@ -139,7 +139,10 @@ type Stats struct {
 	RxFrames, RxNoBuffer, RxNoSteering, RxErrors int
 	// RxFlushed counts the RQ WQEs completed with a flush error;
 	// RxQueueError the frames dropped because the RQ was in ERR.
-	RxFlushed, RxQueueError                           int
+	RxFlushed, RxQueueError int
+	// RxPortDown counts the frames dropped because the port's admin
+	// status was down (PAOS never set UP).
+	RxPortDown                                        int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
@@ -233,6 +236,10 @@ type Model struct {
 	promisc                        uint32
 	portMTU                        uint32 // PMTU admin_mtu (0: never set)
 	link                           bool
+	// adminUp is PAOS admin_status == UP (1); it starts down (DOWN, 2)
+	// and the port is operationally up only when it is up and the link
+	// is (portUp).
+	adminUp bool
 
 	next    uint32
 	uars    map[uint32]bool
@@ -423,6 +430,9 @@ type State struct {
 	Enabled, Initialized bool
 	BusMaster            bool
 	Pages, Objects       int
+	// AdminUp is the port's PAOS admin status (up after the driver set
+	// it UP, down again after it set it DOWN).
+	AdminUp bool
 }
 
 // State returns the function's state.
@@ -432,7 +442,7 @@ func (m *Model) State() State {
 	objs := len(m.uars) + len(m.eqs) + len(m.pds) + len(m.tds) + len(m.cqs) + len(m.tises) + len(m.sqs) +
 		len(m.rqs) + len(m.tirs) + len(m.fts) + len(m.fgs) + len(m.ftes)
 	return State{Enabled: m.enabled, Initialized: m.inited && !m.torn, BusMaster: m.cfg[1]&4 != 0,
-		Pages: len(m.pages), Objects: objs}
+		Pages: len(m.pages), Objects: objs, AdminUp: m.adminUp}
 }
 
 // ConfigSpace returns the function's PCI configuration space.
@@ -686,9 +696,22 @@ func (m *Model) RequestPages(n int32) {
 func (m *Model) SetLink(up bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	was := m.portUp()
 	m.link = up
+	if m.portUp() != was {
+		m.portChange()
+	}
+}
+
+// portUp reports the port's operational state: the link is up and PAOS
+// admin status is UP.
+func (m *Model) portUp() bool { return m.link && m.adminUp }
+
+// portChange reports the port's operational state with a port-change
+// event (subtype 4 up, 1 down) on every EQ.
+func (m *Model) portChange() {
 	sub := uint8(1)
-	if up {
+	if m.portUp() {
 		sub = 4
 	}
 	var d [28]byte
