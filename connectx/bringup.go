@@ -85,8 +85,10 @@ func Open(cfg Config) (*NIC, error) {
 	}
 	n := &NIC{cfg: cfg, bar: regs{cfg.BAR0}, mem: cfg.Mem, pages: map[dma.Addr]dma.Buffer{},
 		rxRdy: make(chan struct{}, 1)}
-	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.CmdTimeout, sleep: cfg.Sleep, now: cfg.Now}
-	if err := n.bringUp(); err != nil {
+	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.BringUpCmdTimeout, sleep: cfg.Sleep, now: cfg.Now}
+	err := n.bringUp()
+	n.cmd.timeout = cfg.CmdTimeout // the undo commands and the running card's
+	if err != nil {
 		if terr := n.teardown(); terr != nil {
 			err = fmt.Errorf("%w (teardown: %v)", err, terr)
 		}

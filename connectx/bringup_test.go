@@ -64,7 +64,7 @@ func open(t *testing.T, mo func(*connectxtest.Options), f connectxtest.Faults, c
 	m := connectxtest.New(o)
 	m.SetFaults(f)
 	c := connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, FirmwareTimeout: 500 * time.Millisecond,
-		CmdTimeout: 20 * time.Millisecond}
+		CmdTimeout: 20 * time.Millisecond, BringUpCmdTimeout: 20 * time.Millisecond}
 	if cfg != nil {
 		cfg(&c)
 	}
@@ -277,7 +277,7 @@ func TestPagesBeyondDMARegion(t *testing.T) {
 	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 1 << 20, CachedSize: 4 << 20, NoTrace: true}), live: map[dma.Addr]int{}}
 	m := connectxtest.New(connectxtest.Options{Mem: mem.Memory, BootPages: 6, InitPages: 12868})
 	n, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem,
-		FirmwareTimeout: 500 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
+		FirmwareTimeout: 500 * time.Millisecond, CmdTimeout: 20 * time.Millisecond, BringUpCmdTimeout: 20 * time.Millisecond})
 	if n != nil || err == nil || !strings.Contains(err.Error(), "init pages (stage 2): connectx: firmware page 1019 of 12868 wanted: DMA memory:") || errors.Is(err, connectx.ErrTimeout) {
 		t.Fatalf("Open: %v", err)
 	}

@@ -89,6 +89,14 @@ type Config struct {
 	// FirmwareTimeout there too (a co-simulated card runs in a process
 	// that may be descheduled).
 	FirmwareTimeout, CmdTimeout time.Duration
+	// BringUpCmdTimeout bounds each command Open issues (ENABLE_HCA,
+	// QUERY_PAGES, INIT_HCA, the objects ...), in place of CmdTimeout,
+	// which then bounds the commands of the running card (Check, queue
+	// recovery, page requests, Close). Default Linux's 60 s (lib/tout.c
+	// CMD, which Linux gives bring-up too), whatever CmdTimeout is: a
+	// firmware may shorten CmdTimeout so that Check does not hold a
+	// polled NIC for long, but a card can be slow in bring-up.
+	BringUpCmdTimeout time.Duration
 	// Now tells the time for those bounds (default time.Now).
 	Now func() time.Time
 	// SQFlushTimeout bounds the wait, after a send error, for the card
@@ -200,6 +208,9 @@ func (c *Config) defaults() error {
 	}
 	if c.SQFlushTimeout == 0 {
 		c.SQFlushTimeout = 2 * time.Second
+	}
+	if c.BringUpCmdTimeout == 0 {
+		c.BringUpCmdTimeout = 60 * time.Second
 	}
 	if c.CmdTimeout == 0 {
 		c.CmdTimeout = 60 * time.Second
