@@ -85,8 +85,10 @@ func Open(cfg Config) (*NIC, error) {
 	}
 	n := &NIC{cfg: cfg, bar: regs{cfg.BAR0}, mem: cfg.Mem, pages: map[dma.Addr]dma.Buffer{},
 		rxRdy: make(chan struct{}, 1)}
-	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.CmdTimeout, sleep: cfg.Sleep, now: cfg.Now}
-	if err := n.bringUp(); err != nil {
+	n.cmd = cmdq{bar: n.bar, mem: cfg.Mem, timeout: cfg.BringUpCmdTimeout, sleep: cfg.Sleep, now: cfg.Now}
+	err := n.bringUp()
+	n.cmd.timeout = cfg.CmdTimeout // the undo commands and the running card's
+	if err != nil {
 		if terr := n.teardown(); terr != nil {
 			err = fmt.Errorf("%w (teardown: %v)", err, terr)
 		}
@@ -242,7 +244,38 @@ func (n *NIC) bringUp() error {
 	if err := n.steering(); err != nil {
 		return err
 	}
+	// The port's admin status UP once everything is ready, and DOWN
+	// first on close (Linux en_main.c mlx5e_open, mlx5e_close:
+	// mlx5_set_port_admin_status); the card reports the port up only
+	// after it.
+	if err := n.setPortAdmin(PortUp); err != nil {
+		return err
+	}
+	n.push("PAOS admin down", func() error { return n.setPortAdmin(PortDown) })
 	return n.queryLink()
+}
+
+// Port admin status values (Linux enum mlx5_port_status).
+const (
+	PortUp   = 1
+	PortDown = 2
+)
+
+// setPortAdmin writes the PAOS register of port 1 as Linux's port.c
+// mlx5_set_port_admin_status does: local_port 1, admin_status, ase (admin
+// status enable) set (mlx5_ifc.h mlx5_ifc_paos_reg_bits: local_port bits
+// 23:16 and admin_status 11:8 of the first dword, ase bit 31 of the
+// second; 16 bytes in and out).
+func (n *NIC) setPortAdmin(status uint32) error {
+	in := newIn(OpAccessRegister, AccessRegWrite, 0x20)
+	Field{0x08, 15, 0}.Set(in, RegPAOS)
+	Field{0x10, 23, 16}.Set(in, 1)
+	Field{0x10, 11, 8}.Set(in, status)
+	Field{0x14, 31, 31}.Set(in, 1)
+	if _, err := n.exec(in, 0x20); err != nil {
+		return fmt.Errorf("connectx: ACCESS_REGISTER PAOS admin status %d: %w", status, err)
+	}
+	return nil
 }
 
 // exec runs a command and counts it; a failed card is sent none.

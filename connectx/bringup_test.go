@@ -64,7 +64,7 @@ func open(t *testing.T, mo func(*connectxtest.Options), f connectxtest.Faults, c
 	m := connectxtest.New(o)
 	m.SetFaults(f)
 	c := connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem, FirmwareTimeout: 500 * time.Millisecond,
-		CmdTimeout: 20 * time.Millisecond}
+		CmdTimeout: 20 * time.Millisecond, BringUpCmdTimeout: 20 * time.Millisecond}
 	if cfg != nil {
 		cfg(&c)
 	}
@@ -277,10 +277,35 @@ func TestPagesBeyondDMARegion(t *testing.T) {
 	mem := &counting{Memory: dmatest.New(t, dmatest.Options{CoherentSize: 1 << 20, CachedSize: 4 << 20, NoTrace: true}), live: map[dma.Addr]int{}}
 	m := connectxtest.New(connectxtest.Options{Mem: mem.Memory, BootPages: 6, InitPages: 12868})
 	n, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: m, Mem: mem,
-		FirmwareTimeout: 500 * time.Millisecond, CmdTimeout: 20 * time.Millisecond})
+		FirmwareTimeout: 500 * time.Millisecond, CmdTimeout: 20 * time.Millisecond, BringUpCmdTimeout: 20 * time.Millisecond})
 	if n != nil || err == nil || !strings.Contains(err.Error(), "init pages (stage 2): connectx: firmware page 1019 of 12868 wanted: DMA memory:") || errors.Is(err, connectx.ErrTimeout) {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Logf("Open: %v", err)
 	clean(t, m, mem)
+}
+
+// TestPortAdminStatus: bring-up sets the port's admin status UP (PAOS, as
+// Linux's mlx5e_open does) and only then does the card report the port up
+// and take frames; Close sets it DOWN again (mlx5e_close).
+func TestPortAdminStatus(t *testing.T) {
+	n, err, m, _ := open(t, nil, connectxtest.Faults{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.State().AdminUp || !n.Link() {
+		t.Fatalf("after Open: admin up %v, link %v", m.State().AdminUp, n.Link())
+	}
+	if !m.Deliver(udp4(make([]byte, 100), true)) {
+		t.Fatalf("a frame after Open not taken: %+v", m.Stats())
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m.State().AdminUp {
+		t.Fatal("admin status still up after Close")
+	}
+	for _, v := range m.Violations() {
+		t.Errorf("model: %s", v)
+	}
 }

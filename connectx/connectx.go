@@ -89,6 +89,14 @@ type Config struct {
 	// FirmwareTimeout there too (a co-simulated card runs in a process
 	// that may be descheduled).
 	FirmwareTimeout, CmdTimeout time.Duration
+	// BringUpCmdTimeout bounds each command Open issues (ENABLE_HCA,
+	// QUERY_PAGES, INIT_HCA, the objects ...), in place of CmdTimeout,
+	// which then bounds the commands of the running card (Check, queue
+	// recovery, page requests, Close). Default Linux's 60 s (lib/tout.c
+	// CMD, which Linux gives bring-up too), whatever CmdTimeout is: a
+	// firmware may shorten CmdTimeout so that Check does not hold a
+	// polled NIC for long, but a card can be slow in bring-up.
+	BringUpCmdTimeout time.Duration
 	// Now tells the time for those bounds (default time.Now).
 	Now func() time.Time
 	// SQFlushTimeout bounds the wait, after a send error, for the card
@@ -96,6 +104,12 @@ type Config struct {
 	// reset (default 2 s, Linux mlx5e_wait_for_sq_flush,
 	// FLUSH_ON_ERROR); past it the card is failed (Fail).
 	SQFlushTimeout time.Duration
+	// RQFlushTimeout bounds the same wait after a receive error that put
+	// the RQ in ERR, for the card to return every posted buffer (default
+	// 2 s, as the SQ's: Linux does not wait for the RQ's flush CQEs,
+	// en/reporter_rx.c frees the descriptors, so the bound is ours); past
+	// it Poll fails the card (Fail).
+	RQFlushTimeout time.Duration
 	// MaxPages bounds the firmware pages the driver will give (default
 	// 16384, 64 MiB); a request beyond it is refused.
 	MaxPages int
@@ -125,7 +139,11 @@ type Stats struct {
 	// RQRecoveries counts receive queues reset after an error; RxFlushed
 	// the buffers the card returned with a flush CQE meanwhile.
 	RQRecoveries, RxFlushed uint64
-	Commands                int
+	// RxErrNoRecovery counts the receive errors that left the RQ ready
+	// (a syndrome Linux does not recover from, or QUERY_RQ found the RQ
+	// not in ERR): the buffer is posted again, no reset.
+	RxErrNoRecovery uint64
+	Commands        int
 }
 
 // Caps are the capabilities read from the card.
@@ -185,8 +203,14 @@ func (c *Config) defaults() error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.RQFlushTimeout == 0 {
+		c.RQFlushTimeout = 2 * time.Second
+	}
 	if c.SQFlushTimeout == 0 {
 		c.SQFlushTimeout = 2 * time.Second
+	}
+	if c.BringUpCmdTimeout == 0 {
+		c.BringUpCmdTimeout = 60 * time.Second
 	}
 	if c.CmdTimeout == 0 {
 		c.CmdTimeout = 60 * time.Second

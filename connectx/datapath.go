@@ -78,10 +78,12 @@ type recvQueue struct {
 	// other than a length error put the RQ in ERR; the buffers the card
 	// returns meanwhile (flush CQEs) and those the stack releases wait in
 	// free until every posted WQE came back (cc == pc), then the RQ is
-	// reset and they are posted again.
-	cc   uint32
-	err  bool
-	free []uint32
+	// reset and they are posted again (errAt: when the error came; Poll
+	// fails the card past RQFlushTimeout).
+	cc    uint32
+	err   bool
+	errAt time.Time
+	free  []uint32
 }
 
 // maxDS is the largest WQE in 16-byte units: ds_cnt is 6 bits
@@ -564,6 +566,11 @@ func (n *NIC) Poll() {
 	}
 	n.pollEQ()
 	done := n.pollTx(nil)
+	if rq := &n.rq; rq.err && n.failed == nil && n.cfg.Now().Sub(rq.errAt) > n.cfg.RQFlushTimeout {
+		// The card still holds posted buffers: they stay its own, so
+		// the RQ is not reset; the card is failed (BME off) instead.
+		done = append(done, n.failLocked(fmt.Errorf("RQ %#x flush timed out after %v (cc %d, pc %d)", n.obj.rq, n.cfg.RQFlushTimeout, rq.cc, rq.pc))...)
+	}
 	ready := n.rxcq.next() != nil
 	n.mu.Unlock()
 	n.complete(done)
@@ -658,8 +665,9 @@ func (f *Frame) Release() error {
 
 // Receive returns the next frame, (nil, nil) when none waits, or an error
 // for a frame the card reported bad (counted; its buffer is reposted).
-// A receive error other than a length error puts the RQ in ERR; the
-// card then returns every posted buffer with a flush CQE (taken here
+// After a receive error with a syndrome Linux recovers from (needsRecovery)
+// the driver asks the card for the RQ's state; if it is in ERR, the card
+// returns every posted buffer with a flush CQE (taken here
 // without a report) and, once all are back, the RQ is reset and refilled
 // (Linux en/reporter_rx.c mlx5e_rx_reporter_err_rq_cqe_recover).
 func (n *NIC) Receive() (netstack.Frame, error) {
@@ -694,11 +702,24 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 				csum: c.CheckSum}, nil
 		}
 		n.mem.SyncForCPU(b, 0, b.Len(), dma.FromDevice)
-		queueErr := err == nil && c.Opcode == CQEOpRespErr && c.Syndrome != SyndromeLength
+		queueErr := false
+		if err == nil && c.Opcode == CQEOpRespErr && !n.rq.err && needsRecovery(c.Syndrome) {
+			// Linux asks the card before it resets the RQ and resets it
+			// only from ERR (en/reporter_rx.c
+			// mlx5e_rx_reporter_err_rq_cqe_recover, mlx5e_query_rq_state).
+			st, qerr := n.queryRQState()
+			if qerr != nil {
+				n.broken = fmt.Errorf("connectx: receive queue state after syndrome %#x: %w", c.Syndrome, qerr)
+			}
+			queueErr = qerr == nil && st == StateERR
+		}
 		if queueErr || n.rq.err {
 			// The RQ is in ERR: this buffer waits for the reset.
 			n.rq.free = append(n.rq.free, id)
 			first := !n.rq.err
+			if first {
+				n.rq.errAt = n.cfg.Now()
+			}
 			n.rq.err = true
 			if c.Syndrome == SyndromeFlush {
 				n.stats.RxFlushed++
@@ -712,6 +733,7 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 			continue
 		}
 		n.stats.RxErrors++
+		n.stats.RxErrNoRecovery++
 		n.postRx(id)
 		n.mem.Barrier()
 		storeBE32(n.dbr.Bytes(), dbrRQ, n.rq.pc&0xFFFF)
@@ -720,6 +742,27 @@ func (n *NIC) Receive() (netstack.Frame, error) {
 		}
 		return nil, fmt.Errorf("%w: CQE opcode %#x syndrome %#x, %d bytes", ErrRxError, c.Opcode, c.Syndrome, c.ByteCnt)
 	}
+}
+
+// needsRecovery reports whether a receive error with syndrome syn may have
+// put the RQ in ERR: LOCAL_QP_OP_ERR, LOCAL_PROT_ERR, WR_FLUSH_ERR, as
+// Linux's en/health.h cqe_syndrome_needs_recover (en_rx.c trigger_report
+// recovers after no other).
+func needsRecovery(syn uint8) bool {
+	return syn == SyndromeQPOp || syn == SyndromeProt || syn == SyndromeFlush
+}
+
+// queryRQState asks the card for the RQ's state (QUERY_RQ; mlx5_ifc.h
+// query_rq_out: rq_context at 0x20, rqc state bits 23..20 of its first
+// dword; Linux gives the whole query_rq_out, 0x110 bytes).
+func (n *NIC) queryRQState() (uint32, error) {
+	in := newIn(OpQueryRQ, 0, 0x10)
+	put32(in, 0x08, n.obj.rq)
+	out, err := n.exec(in, 0x110)
+	if err != nil {
+		return 0, fmt.Errorf("connectx: QUERY_RQ %#x: %w", n.obj.rq, err)
+	}
+	return Field{0x20, 23, 20}.Get(out), nil
 }
 
 // recoverRQ returns an RQ in ERR to service once the card has given back

@@ -86,6 +86,7 @@ const (
 	OpCreateRQ             = 0x908
 	OpModifyRQ             = 0x909
 	OpDestroyRQ            = 0x90A
+	OpQueryRQ              = 0x90B
 	OpCreateTIS            = 0x912
 	OpDestroyTIS           = 0x914
 	OpSetFlowTableRoot     = 0x92F
@@ -105,6 +106,7 @@ const (
 	AccessRegWrite = 0
 	AccessRegRead  = 1
 	RegPMTU        = 0x5003
+	RegPAOS        = 0x5006 // MLX5_REG_PAOS
 )
 
 // Page stages (QUERY_PAGES op_mod) and MANAGE_PAGES op_mods.

@@ -106,8 +106,8 @@ type Faults struct {
 	// HoldTx makes the card take doorbells but not execute them until
 	// ReleaseTx (a paused port: the send queue fills up).
 	HoldTx bool
-	// HoldFlush keeps the flush error CQEs an SQ in error owes (one per
-	// outstanding WQE, after the error CQE) in the card until
+	// HoldFlush keeps the flush error CQEs an SQ or RQ in error owes (one
+	// per outstanding WQE, after the error CQE) in the card until
 	// ReleaseFlush: they arrive late.
 	HoldFlush bool
 	// HoldCmd makes the firmware take command doorbells but complete the
@@ -117,6 +117,12 @@ type Faults struct {
 	// responder syndrome (e.g. 0x04, local protection, as a bad lkey or
 	// an unreachable buffer gives) instead of landing.
 	FailRx uint8
+	// FailRxReady makes the FailRx error leave the RQ as it is, whatever
+	// the syndrome: the case Linux's RQ recovery asks QUERY_RQ about
+	// before resetting (en/reporter_rx.c
+	// mlx5e_rx_reporter_err_rq_cqe_recover: "if (state !=
+	// MLX5_RQC_STATE_ERR) goto out").
+	FailRxReady bool
 	// AllowWrap accepts a multi-WQEBB WQE that crosses the ring end (by
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
@@ -133,7 +139,10 @@ type Stats struct {
 	RxFrames, RxNoBuffer, RxNoSteering, RxErrors int
 	// RxFlushed counts the RQ WQEs completed with a flush error;
 	// RxQueueError the frames dropped because the RQ was in ERR.
-	RxFlushed, RxQueueError                           int
+	RxFlushed, RxQueueError int
+	// RxPortDown counts the frames dropped because the port's admin
+	// status was down (PAOS never set UP).
+	RxPortDown                                        int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
@@ -227,6 +236,10 @@ type Model struct {
 	promisc                        uint32
 	portMTU                        uint32 // PMTU admin_mtu (0: never set)
 	link                           bool
+	// adminUp is PAOS admin_status == UP (1); it starts down (DOWN, 2)
+	// and the port is operationally up only when it is up and the link
+	// is (portUp).
+	adminUp bool
 
 	next    uint32
 	uars    map[uint32]bool
@@ -417,6 +430,9 @@ type State struct {
 	Enabled, Initialized bool
 	BusMaster            bool
 	Pages, Objects       int
+	// AdminUp is the port's PAOS admin status (up after the driver set
+	// it UP, down again after it set it DOWN).
+	AdminUp bool
 }
 
 // State returns the function's state.
@@ -426,7 +442,7 @@ func (m *Model) State() State {
 	objs := len(m.uars) + len(m.eqs) + len(m.pds) + len(m.tds) + len(m.cqs) + len(m.tises) + len(m.sqs) +
 		len(m.rqs) + len(m.tirs) + len(m.fts) + len(m.fgs) + len(m.ftes)
 	return State{Enabled: m.enabled, Initialized: m.inited && !m.torn, BusMaster: m.cfg[1]&4 != 0,
-		Pages: len(m.pages), Objects: objs}
+		Pages: len(m.pages), Objects: objs, AdminUp: m.adminUp}
 }
 
 // ConfigSpace returns the function's PCI configuration space.
@@ -680,9 +696,22 @@ func (m *Model) RequestPages(n int32) {
 func (m *Model) SetLink(up bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	was := m.portUp()
 	m.link = up
+	if m.portUp() != was {
+		m.portChange()
+	}
+}
+
+// portUp reports the port's operational state: the link is up and PAOS
+// admin status is UP.
+func (m *Model) portUp() bool { return m.link && m.adminUp }
+
+// portChange reports the port's operational state with a port-change
+// event (subtype 4 up, 1 down) on every EQ.
+func (m *Model) portChange() {
 	sub := uint8(1)
-	if up {
+	if m.portUp() {
 		sub = 4
 	}
 	var d [28]byte

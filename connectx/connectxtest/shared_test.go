@@ -101,7 +101,7 @@ func TestSharedBAR(t *testing.T) {
 	// hang here: nothing is asserted about time.
 	nic, err := connectx.Open(connectx.Config{ConfigSpace: m.ConfigSpace(), BAR0: bar, Mem: mem,
 		Sleep:      func() { time.Sleep(10 * time.Microsecond) },
-		CmdTimeout: 2 * time.Minute, FirmwareTimeout: 2 * time.Minute})
+		CmdTimeout: 2 * time.Minute, BringUpCmdTimeout: 2 * time.Minute, FirmwareTimeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatalf("Open over the shared BAR: %v", err)
 	}

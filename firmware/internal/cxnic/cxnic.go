@@ -33,11 +33,8 @@ import (
 // it held handed back to the stack, for good); if it answers, the check is
 // repeated 5 s later. A PCIe link found down fails the card at once.
 //
-// CmdTimeout is the command timeout the firmwares give the driver: Check
-// holds the NIC while it waits, so a dead card stops the data path for
-// that long before Fail; the driver's default is Linux's 60 s
-// (lib/tout.c CMD), too long to hold a polled NIC.
-const CmdTimeout = 5 * time.Second
+// CmdTimeout (iface.go) is the command timeout the firmwares give the
+// driver.
 
 const (
 	healthOffset     = 0x1010

@@ -13,6 +13,15 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
+// CmdTimeout is the command timeout the firmwares give the driver
+// (connectx.Config.CmdTimeout) for the commands of a running card: Check
+// holds the NIC while it waits, so a dead card stops the data path for
+// that long before Fail; the driver's default is Linux's 60 s
+// (lib/tout.c CMD), too long to hold a polled NIC. Bring-up's commands
+// (ENABLE_HCA, INIT_HCA, ...) are not bounded by it: the driver gives
+// them Linux's 60 s (connectx.Config.BringUpCmdTimeout).
+const CmdTimeout = 5 * time.Second
+
 // HWTSOMode is the app.Controls mode switch of a NIC that segments in
 // hardware: "tso" turns host GSO (hardware TSO/LSO) on for connections
 // established from now on, "sg" turns it off; there is no bounce mode and

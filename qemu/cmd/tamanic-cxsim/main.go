@@ -28,7 +28,11 @@
 // stream framing (a 4-byte big-endian length, then the Ethernet frame
 // without FCS): one peer at a time (a new connection replaces the old);
 // frames the card sends while no peer is connected are dropped and
-// counted. Whatever a length prefix within the framing limit announces is
+// counted. A peer's frames go through a queue of 256 that a writer of its
+// own drains, so a peer that stops reading never holds the card: once
+// the queue is full, the card's frames are dropped and counted
+// (wire_tx_queue_full), as a stalled link's transmit FIFO would drop them
+// (TestStalledPeer). Whatever a length prefix within the framing limit announces is
 // a frame, as a cable carries it, and the card's MAC judges it: one
 // shorter than an Ethernet header is a runt, one longer than the port's
 // largest frame (the hardware MTU the driver set, less the FCS) is
@@ -78,24 +82,28 @@ const (
 
 // Counters are the process's own counters, beside the model's.
 type Counters struct {
-	Violations     int `json:"violations"`
-	Polls          int `json:"polls"`
-	Peers          int `json:"peers"`
-	WireRx         int `json:"wire_rx_frames"`
-	WireRxDropped  int `json:"wire_rx_no_buffer"`
-	WireMalformed  int `json:"wire_malformed"`
-	WireRunts      int `json:"wire_runts"`
-	WireOversize   int `json:"wire_oversize"`
-	WireTx         int `json:"wire_tx_frames"`
-	WireTxNoPeer   int `json:"wire_tx_no_peer"`
-	WireTxErrors   int `json:"wire_tx_errors"`
-	DMAOutOfBounds int `json:"dma_out_of_bounds"`
+	Violations    int `json:"violations"`
+	Polls         int `json:"polls"`
+	Peers         int `json:"peers"`
+	WireRx        int `json:"wire_rx_frames"`
+	WireRxDropped int `json:"wire_rx_no_buffer"`
+	WireMalformed int `json:"wire_malformed"`
+	WireRunts     int `json:"wire_runts"`
+	WireOversize  int `json:"wire_oversize"`
+	WireTx        int `json:"wire_tx_frames"`
+	WireTxNoPeer  int `json:"wire_tx_no_peer"`
+	WireTxErrors  int `json:"wire_tx_errors"`
+	// WireTxQueueFull counts frames the card sent while the peer's send
+	// queue was full (a peer that stopped reading): dropped.
+	WireTxQueueFull int `json:"wire_tx_queue_full"`
+	DMAOutOfBounds  int `json:"dma_out_of_bounds"`
 }
 
 type sim struct {
 	mu    sync.Mutex
 	c     Counters
 	peer  net.Conn
+	txq   chan []byte // frames for peer's writer; nil without a peer
 	model *connectxtest.Model
 	out   io.Writer
 }
@@ -113,22 +121,54 @@ func (s *sim) violation(what string) {
 	s.mu.Unlock()
 }
 
-// send puts a frame the card transmitted on the wire.
+// txQueue is how many frames the card may have waiting for the wire: a
+// peer that stops reading fills it, and from then on the card's frames are
+// dropped and counted (WireTxQueueFull), as a MAC's transmit FIFO drops
+// when its link is stalled, instead of the card waiting for the peer. The
+// card's frames are at most its hardware MTU (about 10 KB), so the queue
+// holds at most a few MB.
+const txQueue = 256
+
+// send puts a frame the card transmitted on the wire: it queues the frame
+// for the peer's writer and never waits for the peer, so a stalled peer
+// cannot hold the card (its commands and doorbells) or s.mu.
 func (s *sim) send(f []byte) {
+	b := make([]byte, 4+len(f))
+	binary.BigEndian.PutUint32(b, uint32(len(f)))
+	copy(b[4:], f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.peer == nil {
 		s.c.WireTxNoPeer++
 		return
 	}
-	b := make([]byte, 4+len(f))
-	binary.BigEndian.PutUint32(b, uint32(len(f)))
-	copy(b[4:], f)
-	if _, err := s.peer.Write(b); err != nil {
-		s.c.WireTxErrors++
-		return
+	select {
+	case s.txq <- b:
+	default:
+		s.c.WireTxQueueFull++
 	}
-	s.c.WireTx++
+}
+
+// writer writes the frames queued for peer c until the queue is closed
+// (the peer gone or replaced). After a write error the connection is
+// closed and what is left is counted as errors.
+func (s *sim) writer(c net.Conn, q <-chan []byte) {
+	broken := false
+	for b := range q {
+		if !broken {
+			if _, err := c.Write(b); err != nil {
+				broken = true
+				c.Close()
+			}
+		}
+		s.mu.Lock()
+		if broken {
+			s.c.WireTxErrors++
+		} else {
+			s.c.WireTx++
+		}
+		s.mu.Unlock()
+	}
 }
 
 // serve reads frames from peer c until it closes or breaks the framing.
@@ -138,6 +178,8 @@ func (s *sim) serve(c net.Conn) {
 		s.mu.Lock()
 		if s.peer == c {
 			s.peer = nil
+			close(s.txq)
+			s.txq = nil
 		}
 		fmt.Fprintf(s.out, "CXSIM PEER gone %s\n", c.RemoteAddr())
 		s.mu.Unlock()
@@ -190,8 +232,11 @@ func (s *sim) accept(l net.Listener) {
 		s.mu.Lock()
 		if s.peer != nil {
 			s.peer.Close() // its serve goroutine ends
+			close(s.txq)   // and its writer
 		}
 		s.peer = c
+		s.txq = make(chan []byte, txQueue)
+		go s.writer(c, s.txq)
 		s.c.Peers++
 		fmt.Fprintf(s.out, "CXSIM PEER connected %s\n", c.RemoteAddr())
 		s.mu.Unlock()
