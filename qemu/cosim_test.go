@@ -229,7 +229,11 @@ func TestConnectXCosim(t *testing.T) {
 	if drv := num(final, "driver", "RxPackets"); st.Model["RxFrames"] < drv {
 		t.Errorf("model delivered %v frames, the driver received %v", st.Model["RxFrames"], drv)
 	}
-	if st.Model["TxFrames"] != st.Sim["wire_tx_frames"]+st.Sim["wire_tx_no_peer"]+st.Sim["wire_tx_errors"] {
+	// Every frame the model sent was written, had no peer, failed, or was
+	// dropped on a full transmit queue (a peer reading slower than the
+	// card sends: tamanic-cxsim queues 256 per peer and never blocks the
+	// card); at most a queue's worth per peer may still wait to be written.
+	if d := st.Model["TxFrames"] - (st.Sim["wire_tx_frames"] + st.Sim["wire_tx_no_peer"] + st.Sim["wire_tx_errors"] + st.Sim["wire_tx_queue_full"]); d < 0 || d > 256*st.Sim["peers"] {
 		t.Errorf("model sent %v frames, the wire took %v", st.Model["TxFrames"], st.Sim)
 	}
 }
