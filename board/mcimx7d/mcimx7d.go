@@ -279,7 +279,8 @@ type (
 func PCIe() (*pcie.RC, PCIeReport) {
 	s := pcie.IMX7D
 	g := pcieGlue{anatop: mmio.Block{Base: AnatopBase}, ccm: mmio.Block{Base: CCMBase},
-		gpc: mmio.Block{Base: GPCBase}, gpio1: mmio.Block{Base: GPIO1Base}, now: Nanotime, delay: delay}
+		gpc: mmio.Block{Base: GPCBase}, gpio1: mmio.Block{Base: GPIO1Base}, iomuxc: mmio.Block{Base: IOMUXCBase},
+		now: Nanotime, delay: delay}
 	rc, err := pcie.New(pcie.Config{SoC: s,
 		DBI: mmio.Block{Base: uintptr(s.DBIBase)}, GPR: mmio.Block{Base: GPRBase},
 		SRC: mmio.Block{Base: SRCBase}, PHY: mmio.Block{Base: PCIePHYBase},

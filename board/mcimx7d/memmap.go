@@ -21,6 +21,7 @@ const (
 	AnatopBase     = 0x30360000 // CCM_ANALOG and PMU (imx7s.dtsi anatop)
 	GPCBase        = 0x303A0000 // imx7s.dtsi gpc
 	GPIO1Base      = 0x30200000 // imx7s.dtsi gpio1
+	IOMUXCBase     = 0x30330000 // imx7s.dtsi iomuxc (pin mux and pad control)
 	SysCntCtrlBase = 0x306C0000
 	ENET1Base      = 0x30BE0000
 	GICBase        = 0x31000000 // Cortex-A7 MPCore private region

@@ -45,12 +45,14 @@ import (
 // PERI_3V3_EN, Q7 LCD_PWR_EN). A 74HC595 cannot be read back, so every
 // write shifts all eight outputs: the others as U-Boot leaves them (Q0
 // low, Q2-Q7 high: resets released, supplies on), Q1 low to hold the slot
-// in reset and high to release it. The three pads are not muxed here,
-// only their direction is set: they must already be GPIOs. NXP's U-Boot
-// for the board muxes them (mx7dsabresd.c iox_pads, before iox74lv_init);
-// mainline U-Boot's mx7dsabresd.c has no 74HC595 code at all (Linux
-// muxes the pads itself, imx7d-sdb.dts pinctrl_spi4), so under it they
-// are at their reset function, which was not checked here.
+// in reset and high to release it. The three pads are muxed as GPIOs
+// first (ALT0 in IOMUXC SW_MUX_CTL_PAD_GPIO1_IO09/12/13 at 0x18, 0x24,
+// 0x28: Linux imx7d-pinfunc.h MX7D_PAD_GPIO1_IO09__GPIO1_IO9 and the
+// others), as NXP's U-Boot for the board does (mx7dsabresd.c iox_pads,
+// before iox74lv_init, NO_PAD_CTRL: their pad control is left as it is);
+// mainline U-Boot's mx7dsabresd.c has no 74HC595 code at all (Linux muxes
+// the pads itself, imx7d-sdb.dts pinctrl_spi4, pad control 0x59), so under
+// it they were at their reset function and the shifts went nowhere.
 //
 // What is not done: the regulator SW2 of the PFUZE3000 PMIC that feeds
 // vdd1p0d is the PMIC's (on at power-up); the QEMU 7.2 machine models the
@@ -58,9 +60,9 @@ import (
 // the GPC's power-up request as clearing at once, and GPIO1; the 74HC595
 // itself is not modelled there.
 type pcieGlue struct {
-	anatop, ccm, gpc, gpio1 mmio.Regs
-	now                     func() int64
-	delay                   func(time.Duration)
+	anatop, ccm, gpc, gpio1, iomuxc mmio.Regs
+	now                             func() int64
+	delay                           func(time.Duration)
 }
 
 // Errors of the PCIe glue.
@@ -120,6 +122,11 @@ const (
 	ioxEdge  = 10 * time.Microsecond
 
 	ioxPCIeRst = 1 << 1 // Q1, PCIE_RST_B: PERST#, active low
+	// IOMUXC SW_MUX_CTL_PAD_GPIO1_IO09, _IO12, _IO13 (imx7d-pinfunc.h);
+	// MUX_MODE 0 (ALT0) is GPIO1_IOnn, SION clear.
+	muxGPIO1IO09 = 0x0018
+	muxGPIO1IO12 = 0x0024
+	muxGPIO1IO13 = 0x0028
 	// ioxIdle is U-Boot's final state of the outputs: Q0 (PCIE_DIS_B)
 	// low, Q1-Q5 (resets) released, Q6 and Q7 (supplies) on.
 	ioxIdle = 0xFE
@@ -185,6 +192,9 @@ func (g pcieGlue) perst(assert bool) {
 	q := uint32(ioxIdle)
 	if assert {
 		q &^= ioxPCIeRst
+	}
+	for _, mux := range []uint32{muxGPIO1IO09, muxGPIO1IO12, muxGPIO1IO13} {
+		g.iomuxc.Write32(mux, 0)
 	}
 	g.gpio1.Write32(gpioGDIR, g.gpio1.Read32(gpioGDIR)|ioxPins)
 	dr := g.gpio1.Read32(gpioDR) &^ ioxPins

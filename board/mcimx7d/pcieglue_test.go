@@ -16,20 +16,24 @@ import (
 // driving a 74HC595 (shift on SHCP's rising edge, latch on STCP's). It
 // records as violations what the silicon would not do as asked.
 type socSim struct {
-	ns                     int64
-	anatop, ccm, gpc, gpio map[uint32]uint32
-	lockAt                 int64
-	pupAt                  int64
-	neverLock, pupStuck    bool
-	shift                  uint32
-	latched                []uint32
-	powered                bool
-	viol                   []string
+	ns                             int64
+	anatop, ccm, gpc, gpio, iomuxc map[uint32]uint32
+	lockAt                         int64
+	pupAt                          int64
+	neverLock, pupStuck            bool
+	shift                          uint32
+	latched                        []uint32
+	powered                        bool
+	viol                           []string
 }
 
 func newSocSim() *socSim {
+	// The three 74HC595 pads start in a function other than GPIO (ALT5,
+	// a value the mux reads back; what the reset value is was not
+	// checked): only an IOMUXC write to ALT0 makes them GPIO1 pins.
 	return &socSim{anatop: map[uint32]uint32{anatopPLLENET: pllENETPowerDown}, ccm: map[uint32]uint32{},
-		gpc: map[uint32]uint32{}, gpio: map[uint32]uint32{}, lockAt: -1, pupAt: -1}
+		gpc: map[uint32]uint32{}, gpio: map[uint32]uint32{}, lockAt: -1, pupAt: -1,
+		iomuxc: map[uint32]uint32{muxGPIO1IO09: 5, muxGPIO1IO12: 5, muxGPIO1IO13: 5}}
 }
 
 func (s *socSim) violate(f string, a ...any) { s.viol = append(s.viol, fmt.Sprintf(f, a...)) }
@@ -48,6 +52,7 @@ func (s *socSim) glue() pcieGlue {
 		ccm:    simRegs{func(o uint32) uint32 { return s.ccm[o] }, s.ccmWrite},
 		gpc:    simRegs{s.gpcRead, s.gpcWrite},
 		gpio1:  simRegs{func(o uint32) uint32 { return s.gpio[o] }, s.gpioWrite},
+		iomuxc: simRegs{func(o uint32) uint32 { return s.iomuxc[o] }, func(o, v uint32) { s.iomuxc[o] = v }},
 		now:    func() int64 { return s.ns },
 		delay:  func(d time.Duration) { s.ns += int64(d) },
 	}
@@ -132,6 +137,14 @@ func (s *socSim) gpioWrite(off, v uint32) {
 	}
 	if s.gpio[gpioGDIR]&ioxPins != ioxPins {
 		s.violate("GPIO1 DR written with the 74HC595 pins not outputs")
+	}
+	for _, mux := range []uint32{muxGPIO1IO09, muxGPIO1IO12, muxGPIO1IO13} {
+		if s.iomuxc[mux]&7 != 0 {
+			// A pad in another function does not follow GPIO1's DR
+			// (imx7d-pinfunc.h: GPIO1_IOnn is ALT0).
+			s.violate("GPIO1 DR written with IOMUXC mux %#x = %#x: the pad is not a GPIO, the 74HC595 sees nothing", mux, s.iomuxc[mux])
+			return
+		}
 	}
 	rising := v &^ old
 	if rising&ioxSHCP != 0 {
