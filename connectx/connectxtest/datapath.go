@@ -315,6 +315,12 @@ func (m *Model) emit(f []byte) {
 	if len(f) < 60 {
 		f = append(f, make([]byte, 60-len(f))...) // the MAC pads runts
 	}
+	if !m.adminUp {
+		// PAOS admin status down: the port sends nothing (the WQE still
+		// completes; the frame never reaches the wire).
+		m.stats.TxPortDown++
+		return
+	}
 	m.stats.TxFrames++
 	m.stats.TxBytes += len(f)
 	m.out = append(m.out, f)

@@ -142,7 +142,10 @@ type Stats struct {
 	RxFlushed, RxQueueError int
 	// RxPortDown counts the frames dropped because the port's admin
 	// status was down (PAOS never set UP).
-	RxPortDown                                        int
+	RxPortDown int
+	// TxPortDown counts the frames the port did not send because its
+	// admin status was down.
+	TxPortDown                                        int
 	CQOverruns, EQOverruns, PagesGiven, PagesReturned int
 	Doorbells                                         int
 	// PagesCantGive counts MANAGE_PAGES "cannot give" answers (op_mod
