@@ -85,13 +85,6 @@ type Config struct {
 	// goroutine and its connection's buffers for up to HandshakeTimeout,
 	// and without the bound a flood of valid cookies parked thousands.
 	MaxWaiters int
-	// TurnWait is how long, after a test during which another peer was
-	// told the server is busy, the peer that ran it may not start the
-	// next one (default 10 s): one test runs at a time, and a peer that
-	// reconnected the moment its test ended otherwise won the race every
-	// time (a review found one client able to hold the server, test after
-	// test). Such a refusal is counted in Deferred.
-	TurnWait time.Duration
 	// Logf, if set, receives one line per refused connection or ended test.
 	Logf func(format string, args ...any)
 }
@@ -124,9 +117,6 @@ func (c *Config) defaults() {
 	if c.MaxWaiters <= 0 {
 		c.MaxWaiters = 2
 	}
-	if c.TurnWait <= 0 {
-		c.TurnWait = 10 * time.Second
-	}
 }
 
 // Stats counts what the server has seen since it was created.
@@ -142,7 +132,6 @@ type Stats struct {
 	BadMessages      uint64 // ... an unknown state byte arrived
 	ServerClosed     uint64 // ... the server was closed
 	Denied           uint64 // connections answered ACCESS_DENIED: busy, or a stream with the wrong cookie
-	Deferred         uint64 // ... of which a new test from the last test's peer while another peer waits its turn (TurnWait)
 	BadCookie        uint64 // connections whose cookie was malformed or did not arrive in time
 	Overloaded       uint64 // connections closed unread: MaxPending were waiting and their peer held the most, or their peer held its share
 	Evicted          uint64 // connections waiting for their cookie closed to make room for a peer holding fewer
@@ -189,11 +178,6 @@ type Server struct {
 
 	mu     sync.Mutex
 	active *test
-	// Turns (TurnWait): the running test's peer and whether another
-	// peer was refused while it ran; the last test's, and when it ended.
-	activePeer, lastPeer netip.Addr
-	contended, lastWait  bool
-	lastEnd              time.Time
 	shakes map[net.Conn]*shake // connections still reading their cookie (MaxPending)
 	byPeer map[netip.Addr]int  // shakes per peer
 	stats  Stats
@@ -401,19 +385,7 @@ func (s *Server) handle(c net.Conn, order uint64) {
 			s.waiters.Add(-1)
 		default:
 		}
-		s.mu.Lock()
-		if s.active == t && peerOf(c) != s.activePeer {
-			s.contended = true
-		}
-		s.mu.Unlock()
 		s.refuse(&s.stats.Denied, "connection from %v denied: %s", c.RemoteAddr(), why)
-		s.deny(c)
-		return
-	}
-	if p := peerOf(c); s.lastWait && p == s.lastPeer && time.Since(s.lastEnd) < s.cfg.TurnWait {
-		s.stats.Deferred++
-		s.mu.Unlock()
-		s.refuse(&s.stats.Denied, "connection from %v denied: another peer waited for its test; its turn for %v", c.RemoteAddr(), s.cfg.TurnWait)
 		s.deny(c)
 		return
 	}
@@ -425,8 +397,7 @@ func (s *Server) handle(c net.Conn, order uint64) {
 	default:
 	}
 	t := newTest(s, c, ck)
-	s.active, s.activePeer, s.contended = t, peerOf(c), false
-	s.lastWait = false // this peer's turn has come
+	s.active = t
 	s.stats.Tests++
 	s.mu.Unlock()
 
@@ -434,7 +405,6 @@ func (s *Server) handle(c net.Conn, order uint64) {
 
 	s.mu.Lock()
 	s.active = nil
-	s.lastPeer, s.lastWait, s.lastEnd = s.activePeer, s.contended, time.Now()
 	close(t.over)
 	if res != nil {
 		s.stats.Last = res
