@@ -117,6 +117,8 @@ type NIC struct {
 	r   mmio.Regs
 	mac [6]byte
 
+	phyMu sync.Mutex // one MDIC transaction at a time (ReadPHY, WritePHY)
+
 	txMu sync.Mutex
 	tx   txRing
 	cbMu sync.Mutex // completions in delivery (reclaim, Close)
@@ -335,6 +337,11 @@ const (
 // any register above MAX_PHY_MULTI_PAGE_REG): the page register may have
 // been left elsewhere by the NVM's PHY configuration or a boot loader.
 func (n *NIC) ReadPHY(reg int) (uint16, error) {
+	// One PHY access at a time, page select and access together: the
+	// watchdog, Reset and /debug/regs read beside each other, and MDIC
+	// holds one transaction (Linux serialises them too, phy.ops.acquire).
+	n.phyMu.Lock()
+	defer n.phyMu.Unlock()
 	if err := n.phyPage(reg); err != nil {
 		return 0, err
 	}
@@ -345,6 +352,8 @@ func (n *NIC) ReadPHY(reg int) (uint16, error) {
 // WritePHY writes a PHY register of page 0 through MDIC (see ReadPHY;
 // e1000e_write_phy_reg_bm2).
 func (n *NIC) WritePHY(reg int, val uint16) error {
+	n.phyMu.Lock()
+	defer n.phyMu.Unlock()
 	if err := n.phyPage(reg); err != nil {
 		return err
 	}

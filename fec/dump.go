@@ -55,14 +55,27 @@ func (n *NIC) Registers() []Register {
 }
 
 // phyRegs are the IEEE 802.3 clause 22 registers (22.2.4) read from the
-// PHY: control, status, identifiers, autonegotiation, 1000BASE-T and
-// extended status.
+// PHY: control, identifiers, autonegotiation advertisement and link
+// partner ability, 1000BASE-T control and extended status. Not BMSR
+// (its link status latches low until read, 22.2.4.2.13, and the link
+// poll needs that latch to see a flap: a review found a dump between a
+// flap and the poll leaving the MAC at the old speed), ANER (its parallel
+// detection fault latches high) nor GBSR (its idle error count clears on
+// read): no read here changes what the driver reads.
 var phyRegs = []struct {
 	name string
 	reg  int
 }{
-	{"BMCR", 0}, {"BMSR", 1}, {"PHYIDR1", 2}, {"PHYIDR2", 3}, {"ANAR", 4}, {"ANLPAR", 5},
-	{"ANER", 6}, {"ANNPTR", 7}, {"ANLPRNPR", 8}, {"GBCR", 9}, {"GBSR", 10}, {"GBESR", 15},
+	{"BMCR", 0}, {"PHYIDR1", 2}, {"PHYIDR2", 3}, {"ANAR", 4}, {"ANLPAR", 5},
+	{"ANNPTR", 7}, {"ANLPRNPR", 8}, {"GBCR", 9}, {"GBESR", 15},
+}
+
+// PHYAddr returns the address of the PHY StartLink took, or -1.
+func (n *NIC) PHYAddr() int {
+	if !n.phyTaken.Load() {
+		return -1
+	}
+	return int(n.phyAddr.Load())
 }
 
 // PHYRegisters reads the clause 22 registers of the PHY at address pa

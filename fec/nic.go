@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tamanic/tamanic/bounce"
@@ -110,6 +111,10 @@ type NIC struct {
 	csum, err007885 bool
 
 	ctl sync.Mutex // serialises restart and MDIO against each other
+	// phyAddr is the address of the PHY StartLink took, when phyTaken,
+	// for the register dump.
+	phyAddr  atomic.Int32
+	phyTaken atomic.Bool
 	// loop puts the MAC in internal loopback at the next restart
 	// (SetLoopback); under ctl.
 	loop bool
@@ -370,7 +375,9 @@ func (n *NIC) restartRingsLocked() (*[]txDone, error) {
 	if n.enhanced {
 		ecr |= ECR_EN1588
 	}
-	if n.link.Speed == 1000 {
+	if n.link.Speed == 1000 && !n.loop {
+		// The loopback is MII (rcr), 10/100 only: 1000 Mb/s needs
+		// RGMII_EN, which it clears (a review found SPEED kept).
 		ecr |= ECR_SPEED
 	}
 	r.Write32(ENETx_ECR, ecr)

@@ -104,7 +104,7 @@ func endToEnd(t *testing.T, board string, devices []string) {
 	// GET /debug/regs: the ENET's and the PHY's registers with the token,
 	// 401 without it.
 	if code, body, err := m.DebugRegs("Bearer " + ControlToken); err != nil || code != 200 ||
-		!strings.Contains(body, "enet ECR ") || !strings.Contains(body, " BMSR ") {
+		!strings.Contains(body, "enet ECR ") || !strings.Contains(body, " PHYIDR1 ") {
 		t.Errorf("/debug/regs: %d %v\n%s", code, err, body)
 	}
 	if code, _, err := m.DebugRegs(""); err != nil || code != 401 {
@@ -322,7 +322,7 @@ func checkE1000e(t *testing.T, m *Machine) {
 	// with link up, bit 1), its PHY's and the root port's.
 	if m.E1000E != nil {
 		code, body, err := m.E1000E.DebugRegs("Bearer " + ControlToken)
-		if err != nil || code != 200 || !strings.Contains(body, "e1000e STATUS ") || !strings.Contains(body, "e1000e-phy BMSR ") ||
+		if err != nil || code != 200 || !strings.Contains(body, "e1000e STATUS ") || !strings.Contains(body, "e1000e-phy PHYIDR1 ") ||
 			!strings.Contains(body, "pcie PL_DEBUG1 ") {
 			t.Errorf("e1000e /debug/regs: %d %v\n%s", code, err, body)
 		}

@@ -754,6 +754,10 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 		switch {
 		case rcr&fec.RCR_MII_MODE == 0 || rcr&(fec.RCR_RMII_MODE|fec.RCR_RGMII_EN) != 0:
 			m.violation("TX frame looped with RCR %#x: internal loopback needs MII_MODE=1, RMII_MODE=0, RGMII_EN=0", rcr)
+		case m.get(fec.ENETx_ECR)&fec.ECR_SPEED != 0:
+			// 1000 Mb/s is RGMII only (Linux fec_restart sets ECR bit 5
+			// beside RGMII_EN); an MII loopback runs at 10/100.
+			m.violation("TX frame looped with ECR SPEED (1000 Mb/s) set: the MII loopback has no gigabit mode")
 		case rcr&fec.RCR_DRT != 0:
 			m.stats.LoopDropped++
 		default:

@@ -150,19 +150,16 @@ type RegisterDumper interface {
 }
 
 // Registers implements RegisterDumper: the ENET's registers and those of
-// the first PHY that answers on its MDIO bus (addresses 0 to 31).
+// the PHY the driver took (fec.NIC.StartLink), not the first that answers:
+// on a shared MDIO bus (the EVK's) that may be the other port's.
 func (c *NICControls) Registers() []RegisterGroup {
 	out := []RegisterGroup{{Block: "enet", Regs: FromFEC(c.NIC.Registers())}}
-	addrs := make([]int, 32)
-	for i := range addrs {
-		addrs[i] = i
+	addr := c.NIC.PHYAddr()
+	if addr < 0 {
+		return append(out, RegisterGroup{Block: "phy", Error: "no PHY taken by the driver (StartLink)"})
 	}
-	phy, err := c.NIC.FindPHY(addrs...)
-	if err != nil {
-		return append(out, RegisterGroup{Block: "phy", Error: err.Error()})
-	}
-	g := RegisterGroup{Block: fmt.Sprintf("phy@%d", phy.Addr)}
-	rs, err := c.NIC.PHYRegisters(phy.Addr)
+	g := RegisterGroup{Block: fmt.Sprintf("phy@%d", addr)}
+	rs, err := c.NIC.PHYRegisters(addr)
 	g.Regs = FromFEC(rs)
 	if err != nil {
 		g.Error = err.Error()

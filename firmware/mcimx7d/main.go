@@ -84,12 +84,13 @@ type e1000eControls struct {
 }
 
 // e1000ePHYRegs are the PHY registers of the dump (IEEE 802.3 clause 22,
-// the 82574's internal PHY).
+// the 82574's internal PHY): none that a read changes (not BMSR's latched
+// link status, ANER's latched fault, nor GBSR's idle error count, which
+// the PHY-hang watchdog reads).
 var e1000ePHYRegs = []struct {
 	name string
 	reg  int
-}{{"BMCR", 0}, {"BMSR", 1}, {"PHYIDR1", 2}, {"PHYIDR2", 3}, {"ANAR", 4}, {"ANLPAR", 5}, {"ANER", 6},
-	{"GBCR", 9}, {"GBSR", 10}, {"GBESR", 15}}
+}{{"BMCR", 0}, {"PHYIDR1", 2}, {"PHYIDR2", 3}, {"ANAR", 4}, {"ANLPAR", 5}, {"GBCR", 9}, {"GBESR", 15}}
 
 // Registers implements app.RegisterDumper for GET /debug/regs on NIC 2:
 // the 82574L's registers, its PHY's, and the PCIe root port's.
