@@ -70,7 +70,8 @@ var phyRegs = []struct {
 	{"ANNPTR", 7}, {"ANLPRNPR", 8}, {"GBCR", 9}, {"GBESR", 15},
 }
 
-// PHYAddr returns the address of the PHY StartLink took, or -1.
+// PHYAddr returns the address of the PHY the driver found last (FindPHY,
+// which StartLink and the boards use), or -1.
 func (n *NIC) PHYAddr() int {
 	if !n.phyTaken.Load() {
 		return -1

@@ -41,10 +41,6 @@ func (n *NIC) StartLink(c LinkConfig) (*PHY, error) {
 		c.ANTimeout = 5 * time.Second
 	}
 	p, err := n.FindPHY(c.Addrs...)
-	if err == nil {
-		n.phyAddr.Store(int32(p.Addr))
-		n.phyTaken.Store(true)
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ type PHY struct {
 }
 
 // FindPHY returns the first address in addrs whose PHY ID registers answer
-// (not all ones or all zeros).
+// (not all ones or all zeros), and records it as the NIC's PHY (PHYAddr).
 func (n *NIC) FindPHY(addrs ...int) (*PHY, error) {
 	for _, a := range addrs {
 		id1, err := n.MDIORead(a, MII_PHYID1)
@@ -125,6 +125,11 @@ func (n *NIC) FindPHY(addrs ...int) (*PHY, error) {
 			return nil, err
 		}
 		if id1 != 0xFFFF && id1 != 0 {
+			// The PHY the driver works with from now on (StartLink and
+			// a board adopting a PHY both find it here): the register
+			// dump reads this one (PHYAddr).
+			n.phyAddr.Store(int32(a))
+			n.phyTaken.Store(true)
 			return &PHY{NIC: n, Addr: a}, nil
 		}
 	}

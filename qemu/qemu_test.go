@@ -103,8 +103,14 @@ func endToEnd(t *testing.T, board string, devices []string) {
 	}
 	// GET /debug/regs: the ENET's and the PHY's registers with the token,
 	// 401 without it.
+	// A board whose ENET reaches no PHY under QEMU (the USB armory's
+	// ENET2: "link not managed") dumps no PHY and says why.
+	phyLine := " PHYIDR1 "
+	if strings.Contains(m.Console(), "link not managed") {
+		phyLine = "phy error "
+	}
 	if code, body, err := m.DebugRegs("Bearer " + ControlToken); err != nil || code != 200 ||
-		!strings.Contains(body, "enet ECR ") || !strings.Contains(body, " PHYIDR1 ") {
+		!strings.Contains(body, "enet ECR ") || !strings.Contains(body, phyLine) {
 		t.Errorf("/debug/regs: %d %v\n%s", code, err, body)
 	}
 	if code, _, err := m.DebugRegs(""); err != nil || code != 401 {
