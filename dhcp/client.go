@@ -432,16 +432,7 @@ func (c *Client) acquire(ctx context.Context) error {
 			// A DHCPACK the client refuses (leaseFrom counts it) is no
 			// answer: the wait goes on to its end, so that a server
 			// answering every REQUEST with one cannot cut the backoff.
-			m, err := c.await(ctx, c.backoff(try), func(m *Message) bool {
-				if !c.acceptAckNak(m, server) {
-					return false
-				}
-				if m.Type() == Nak {
-					return true
-				}
-				lease = c.leaseFrom(m, sent)
-				return lease != nil
-			})
+			m, err := c.await(ctx, c.backoff(try), c.acceptLease(server, sent, &lease))
 			if err != nil {
 				return err
 			}
@@ -527,16 +518,7 @@ func (c *Client) keep(ctx context.Context) error {
 				// As in REQUESTING, a refused DHCPACK does not end the
 				// §4.4.5 wait.
 				var nl *Lease
-				m, err := c.await(ctx, wait, func(m *Message) bool {
-					if !c.acceptAckNak(m, server) {
-						return false
-					}
-					if m.Type() == Nak {
-						return true
-					}
-					nl = c.leaseFrom(m, sent)
-					return nl != nil
-				})
+				m, err := c.await(ctx, wait, c.acceptLease(server, sent, &nl))
 				if err != nil {
 					return err
 				}
@@ -627,6 +609,23 @@ func (c *Client) acceptOffer(m *Message) bool {
 		return false
 	}
 	return true
+}
+
+// acceptLease is await's accept for REQUESTING, RENEWING and REBINDING:
+// a DHCPNAK from server, or a DHCPACK whose lease the client takes (into
+// *lease, starting at sent). A DHCPACK it refuses (leaseFrom counts it)
+// is no answer, so the wait runs to its end.
+func (c *Client) acceptLease(server netip.Addr, sent time.Time, lease **Lease) func(*Message) bool {
+	return func(m *Message) bool {
+		if !c.acceptAckNak(m, server) {
+			return false
+		}
+		if m.Type() == Nak {
+			return true
+		}
+		*lease = c.leaseFrom(m, sent)
+		return *lease != nil
+	}
 }
 
 // acceptAckNak takes a DHCPACK or DHCPNAK from server (any server if
