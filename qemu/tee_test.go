@@ -183,6 +183,12 @@ func TestTEEEndToEnd(t *testing.T) {
 	if num(s, "nic", "device", "Woken") == 0 {
 		t.Errorf("no idle wait was ended by a received frame: the Secure World's RX interrupt does not wake the Normal World")
 	}
+	// The Normal World's entropy is the Secure World's (OpRandom): its
+	// runtime's seed at least (8 calls of 4 bytes), nothing from an RNG of
+	// its own.
+	if n := num(s, "nic", "secure", "Server", "RandomCalls"); n < 8 || num(s, "nic", "secure", "Server", "RandomErrors") != 0 {
+		t.Errorf("Normal World entropy: %v OpRandom calls, %v failed; want the runtime's seed from the Secure World", n, num(s, "nic", "secure", "Server", "RandomErrors"))
+	}
 	// Idle, the Normal World waits in the Secure World (its idle governor,
 	// an OpWait per timer deadline), which sleeps in WFI: it must not spin.
 	s0, err := m.Stats()

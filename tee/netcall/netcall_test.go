@@ -502,3 +502,66 @@ func TestMode(t *testing.T) {
 		t.Error("strategy 7 accepted")
 	}
 }
+
+// failingReader is a random source that has failed.
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("RNG self-test failed") }
+
+// TestRandom: OpRandom hands the Normal World the Secure World's random
+// bytes, 4 per call, in order, with nothing of one call's answer left for
+// the next; a failed source is an error, never bytes; arguments are
+// refused.
+func TestRandom(t *testing.T) {
+	src := make([]byte, 64)
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	sec := newSecureWith(t, 1, netcall.ServerConfig{Random: bytes.NewReader(src)})
+	c := &counting{c: netcall.Direct{S: sec.srv}}
+	got := make([]byte, 7)
+	if err := netcall.ReadRandom(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, src[:7]) {
+		t.Fatalf("first read %x, want %x", got, src[:7])
+	}
+	// The 8th source byte went with the second call; the next read starts
+	// at the 9th.
+	got = make([]byte, 5)
+	if err := netcall.ReadRandom(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, src[8:13]) {
+		t.Fatalf("second read %x, want %x", got, src[8:13])
+	}
+	if st := sec.srv.Stats(); st.RandomCalls != 4 || st.RandomErrors != 0 {
+		t.Errorf("RandomCalls %d RandomErrors %d, want 4 and 0", st.RandomCalls, st.RandomErrors)
+	}
+	if err := netcall.ReadRandom(c, nil); err != nil {
+		t.Errorf("empty read: %v", err)
+	}
+	if st, _ := sec.srv.Handle(uint32(netcall.OpRandom), 0, 1, 0); st != netcall.StatusBadField {
+		t.Errorf("r2 set: %v, want bad-field", st)
+	}
+
+	bad := newSecureWith(t, 2, netcall.ServerConfig{Random: failingReader{}})
+	if err := netcall.ReadRandom(netcall.Direct{S: bad.srv}, make([]byte, 4)); !errors.Is(err, netcall.StatusClosed) {
+		t.Errorf("failed source: %v, want closed", err)
+	}
+	if st := bad.srv.Stats(); st.RandomErrors != 1 || st.Refused["closed"] != 1 {
+		t.Errorf("failed source counted RandomErrors %d refused %v", st.RandomErrors, st.Refused)
+	}
+
+	// The default source is crypto/rand: 32 bytes twice never repeat.
+	def := newSecure(t, 3)
+	a, b := make([]byte, 32), make([]byte, 32)
+	for _, p := range [][]byte{a, b} {
+		if err := netcall.ReadRandom(netcall.Direct{S: def.srv}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bytes.Equal(a, b) || bytes.Equal(a, make([]byte, 32)) {
+		t.Errorf("default source gave %x then %x", a, b)
+	}
+}

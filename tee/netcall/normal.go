@@ -1,6 +1,7 @@
 package netcall
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -474,3 +475,22 @@ func (f *frame) Release() error {
 }
 
 var _ netstack.Device = (*Device)(nil)
+
+// ReadRandom fills b from the Secure World's random source, 4 bytes an
+// OpRandom call (the last call's unused bytes are dropped, never kept for
+// a later caller). It is what the Normal World's runtime and crypto/rand
+// read; it uses no memory shared with the Secure World, so it works
+// before the Normal World's MMU and caches are on. An answer other than
+// StatusOK is an error: the caller must not run on the bytes.
+func ReadRandom(c Caller, b []byte) error {
+	for len(b) > 0 {
+		st, v := c.Call(OpRandom, 0, 0, 0)
+		if st != StatusOK {
+			return fmt.Errorf("netcall: random: %w", st)
+		}
+		var w [4]byte
+		binary.LittleEndian.PutUint32(w[:], v)
+		b = b[copy(b, w[:]):]
+	}
+	return nil
+}

@@ -37,6 +37,11 @@
 //     (r1 = 0), idle meanwhile. It is the Normal World's idle governor:
 //     the core sleeps in the Secure World, which the NIC's interrupt
 //     wakes.
+//   - OpRandom(0, 0, 0): r1 is 32 bits from the Secure World's random
+//     source (on the i.MX6ULL its RNGB, which the CSU keeps from the
+//     Normal World). It is the Normal World's only entropy: its runtime
+//     seeds and crypto/rand read through it, 4 bytes a call, in registers
+//     so that no two callers can ever share bytes left in memory.
 //
 // # Validation
 //
@@ -66,6 +71,7 @@ const (
 	OpStats    Op = 0x544e0004
 	OpWait     Op = 0x544e0005
 	OpMode     Op = 0x544e0006
+	OpRandom   Op = 0x544e0007
 )
 
 func (o Op) String() string {
@@ -82,6 +88,8 @@ func (o Op) String() string {
 		return "wait"
 	case OpMode:
 		return "mode"
+	case OpRandom:
+		return "random"
 	}
 	return fmt.Sprintf("op%#x", uint32(o))
 }

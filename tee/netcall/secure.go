@@ -1,8 +1,12 @@
 package netcall
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +28,9 @@ type ServerConfig struct {
 	// small ones hold a frame, large ones a GSO packet. A buffer stays with
 	// the driver until the frame or packet completes. Defaults 256 and 8.
 	SmallSlots, LargeSlots int
+	// Random is the source OpRandom answers from; crypto/rand's Reader
+	// when nil (in the Trusted OS, TamaGo's: the RNGB on an i.MX6ULL).
+	Random io.Reader
 }
 
 // Staging buffer sizes.
@@ -41,6 +48,7 @@ type Server struct {
 	region Region
 	small  chan []byte
 	large  chan []byte
+	random io.Reader
 
 	mu    sync.Mutex
 	desc  [TxDescHeader + TxExtentSize*MaxExtents]byte
@@ -66,6 +74,10 @@ type ServerStats struct {
 	// received frame ended, WaitFreed those a staging buffer coming back
 	// after a StatusFull answer ended.
 	Calls, InfoCalls, TxCalls, RxCalls, StatsCalls, WaitCalls, WaitWoken, WaitFreed, ModeCalls uint64
+	// RandomCalls counts OpRandom calls, RandomErrors those the random
+	// source failed (answered StatusClosed: the Normal World stops rather
+	// than run on bytes that are not random).
+	RandomCalls, RandomErrors uint64
 	// Refused counts refused calls by status name (Full is not a
 	// refusal: it is counted in TxFull).
 	Refused map[string]uint64 `json:",omitempty"`
@@ -101,7 +113,10 @@ func NewServer(c ServerConfig) (*Server, error) {
 	if c.LargeSlots <= 0 {
 		c.LargeSlots = 8
 	}
-	s := &Server{nic: c.NIC, region: c.Region, small: make(chan []byte, c.SmallSlots), large: make(chan []byte, c.LargeSlots),
+	if c.Random == nil {
+		c.Random = rand.Reader
+	}
+	s := &Server{nic: c.NIC, region: c.Region, random: c.Random, small: make(chan []byte, c.SmallSlots), large: make(chan []byte, c.LargeSlots),
 		ext: make([]Extent, 0, MaxExtents), freed: make(chan struct{}, 1)}
 	for range c.SmallSlots {
 		s.small <- make([]byte, smallSlot)
@@ -190,6 +205,9 @@ func (s *Server) Handle(r0, r1, r2, r3 uint32) (Status, uint32) {
 	case OpMode:
 		s.stats.ModeCalls++
 		st, why = s.mode(r1, r2, r3)
+	case OpRandom:
+		s.stats.RandomCalls++
+		v, st, why = s.randomCall(r1, r2, r3)
 	default:
 		st, why = StatusBadOp, "unknown operation"
 	}
@@ -437,6 +455,20 @@ func (s *Server) mode(m, r2, r3 uint32) (Status, string) {
 		return StatusBadField, "unknown strategy"
 	}
 	return StatusOK, ""
+}
+
+// randomCall answers 32 bits from the random source. A source that fails
+// is answered StatusClosed, counted, never with bytes it did not give.
+func (s *Server) randomCall(r1, r2, r3 uint32) (uint32, Status, string) {
+	if r1 != 0 || r2 != 0 || r3 != 0 {
+		return 0, StatusBadField, "r1, r2, r3 must be 0"
+	}
+	var b [4]byte
+	if _, err := io.ReadFull(s.random, b[:]); err != nil {
+		s.stats.RandomErrors++
+		return 0, StatusClosed, fmt.Sprintf("random source: %v", err)
+	}
+	return binary.LittleEndian.Uint32(b[:]), StatusOK, ""
 }
 
 // wait waits up to us microseconds for the NIC to signal received frames

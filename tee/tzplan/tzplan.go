@@ -16,19 +16,23 @@
 //     ROMCP (CSL13 slot 0), MMDC (CSL13 slot 1: the DDR controller's
 //     address mapping would let Normal World addresses alias Secure
 //     DRAM), IOMUXC_GPR (CSL7 slot 0: OCRAM_TZ, the TZASC boot lock, the
-//     debug enables, the ENET clock bits), SNVS_LP (CSL3 slot 1).
+//     debug enables, the ENET clock bits), SNVS_LP (CSL3 slot 1), DCP
+//     and RNGB (CSL34 slots 0 and 1, i.MX6ULL: the Secure World's
+//     entropy and the DCP's OTP and unique keys; OP-TEE's i.MX6ULL table
+//     closes CSL34 too, GoTEE-example its DCP slot). The Normal World
+//     takes its random bytes from the Secure World (netcall.OpRandom).
 //   - Normal World read-only: OCOTP_CTRL (CSL14 slot 1: fuses can be
 //     read, never burnt; OP-TEE's earlier {14, 0x3F00FF}), CCM, SNVS_HP,
 //     SRC and GPC (CSL5 slot 1: clocks, resets, the ROM's resume address
 //     SRC_GPR1, power gating), ANATOP (CSL6 slot 0: PLLs, regulators),
 //     IOMUXC (CSL6 slot 1: pad muxing, e.g. ENET1's pins). The Secure
 //     World sets up every clock and pad the Normal World uses (UART1,
-//     shared console) before it starts it; the Normal World's TamaGo
-//     start-up rewrites some of them (clock gates, UART1 pads), writes
-//     the CSU refuses.
+//     shared console) before it starts it; the Normal World's own
+//     start-up (firmware/mx6ullevk-tee/normal/board.go) writes none of
+//     these blocks.
 //   - Normal World read/write: everything else (UARTs, GPIO, timers,
-//     watchdogs, USB, USDHC, SDMA, LCDIF/PXP/CSI, DCP/RNGB, the system
-//     counter, ...).
+//     watchdogs, USB, USDHC, SDMA, LCDIF/PXP/CSI, the system counter,
+//     ...).
 //
 // Every CSL register is locked, so none of this changes until reset.
 // Every bus master the Normal World can program issues Non-secure
@@ -106,6 +110,8 @@ func ClosedSlots() []Closed {
 		{"MMDC", Slot{13, 1}, CSLSecure},
 		{"OCOTP_CTRL", Slot{14, 1}, CSLNSReadOnly},
 		{"TZASC1", Slot{16, 1}, CSLSecure},
+		{"DCP", Slot{34, 0}, CSLSecure},
+		{"RNGB", Slot{34, 1}, CSLSecure},
 		{"OCRAM", Slot{39, 1}, CSLSecure},
 	}
 }

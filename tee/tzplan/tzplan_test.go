@@ -14,6 +14,13 @@ var (
 		16: 0x3300FF, // TZASC
 		39: 0x3300FF, // OCRAM
 	}
+	// Its i.MX6ULL table (csu_setting_imx6ull) adds the DCP.
+	opteeCSL6ULL = map[int]uint32{
+		13: 0xFF0033, // ROMCP
+		16: 0x3300FF, // TZASC
+		34: 0xFF0033, // DCP (slot 0; RNGB, slot 1, left open)
+		39: 0x3300FF, // OCRAM
+	}
 	// OP-TEE's earlier table also made OCOTP_CTRL Normal World
 	// read-only: {14, 0x3F00FF}.
 	opteeOCOTP       = uint32(0x3F00FF)
@@ -28,17 +35,25 @@ var (
 )
 
 // TestCSLMatchesOPTEE: every slot OP-TEE closes on the 6UL is closed the
-// same way here (MMDC, which OP-TEE leaves open, is closed too), OCOTP_CTRL is read-only as in OP-TEE's earlier table,
-// ENET is Secure-only, and every register is locked in both slots.
+// same way here, and its i.MX6ULL table's DCP (MMDC and the RNGB, which
+// OP-TEE leaves open, are closed too), OCOTP_CTRL is read-only as in
+// OP-TEE's earlier table, ENET is Secure-only, and every register is locked in both slots.
 func TestCSLMatchesOPTEE(t *testing.T) {
 	v := CSL()
-	for n, want := range opteeCSL6UL {
-		for s := 0; s < 2; s++ {
-			w := want >> (cslSlot1Shift * s) & 0xff
-			if got := v[n] >> (cslSlot1Shift * s) & 0xff; w != CSLAll && got != w {
-				t.Errorf("CSL%d slot %d level %#x, OP-TEE %#x", n, s, got, w)
+	for _, table := range []map[int]uint32{opteeCSL6UL, opteeCSL6ULL} {
+		for n, want := range table {
+			for s := 0; s < 2; s++ {
+				w := want >> (cslSlot1Shift * s) & 0xff
+				if got := v[n] >> (cslSlot1Shift * s) & 0xff; w != CSLAll && got != w {
+					t.Errorf("CSL%d slot %d level %#x, OP-TEE %#x", n, s, got, w)
+				}
 			}
 		}
+	}
+	// The RNGB, which OP-TEE leaves open, is the Secure World's entropy
+	// (the Normal World's comes through netcall.OpRandom).
+	if got := v[34] >> cslSlot1Shift & 0xff; got != CSLSecure {
+		t.Errorf("CSL34 slot 1 (RNGB) level %#x, want Secure only", got)
 	}
 	if v[14]&cslLevels != opteeOCOTP {
 		t.Errorf("CSL14 (OCOTP_CTRL) levels %#08x, want %#08x (Normal World read-only: it must not burn fuses)", v[14]&cslLevels, opteeOCOTP)

@@ -8,8 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
-
 	"github.com/tamanic/tamanic/internal/mmio"
 	"github.com/tamanic/tamanic/tee/banked"
 	"github.com/tamanic/tamanic/tee/netcall"
@@ -109,13 +107,13 @@ func probeStorm(dev *netcall.Device, waits int) int {
 	gicd.Write32(isenabler, 1<<tzplan.PPINonSecurePhysTimer)
 	ctlr := gicc.Read32(0) // GICC_CTLR, Non-secure view: bit 0 enables Group 1
 	gicc.Write32(0, ctlr|1)
-	imx6ul.ARM.SetAlarm(1) // in the past: fires at once and stays asserted
+	cpu.SetAlarm(1) // in the past: fires at once and stays asserted
 	n := 0
 	for range waits {
 		dev.Wait(2 * time.Millisecond)
 		n++
 	}
-	imx6ul.ARM.SetAlarm(0)
+	cpu.SetAlarm(0)
 	gicd.Write32(icenabler, 1<<tzplan.PPINonSecurePhysTimer)
 	gicc.Write32(0, ctlr)
 	return n

@@ -35,8 +35,6 @@ import (
 	"unsafe"
 
 	"github.com/usbarmory/tamago/arm"
-	_ "github.com/usbarmory/tamago/board/nxp/mx6ullevk" // console (UART1), SoC set-up
-	"github.com/usbarmory/tamago/soc/nxp/imx6ul"
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/firmware/app"
@@ -77,7 +75,7 @@ var (
 // It runs in the scheduler: no allocation, no channel operation; a frame
 // wakes the waker goroutine through runtime.Wake.
 func idle(pollUntil int64) {
-	t0 := imx6ul.ARM.GetTime()
+	t0 := cpu.GetTime()
 	d := time.Duration(netcall.MaxWaitMicros) * time.Microsecond
 	if pollUntil != 0 && pollUntil != math.MaxInt64 {
 		d = min(d, time.Duration(pollUntil-t0))
@@ -90,7 +88,7 @@ func idle(pollUntil int64) {
 			runtime.Wake(uint(g))
 		}
 	}
-	idleNs.Add(imx6ul.ARM.GetTime() - t0)
+	idleNs.Add(cpu.GetTime() - t0)
 }
 
 func main() {
@@ -101,11 +99,11 @@ func main() {
 			os.Exit(1)
 		}
 	}()
-	fmt.Printf("normal: Normal World OS, non-secure=%v\n", imx6ul.ARM.NonSecure())
+	fmt.Printf("normal: Normal World OS, non-secure=%v\n", cpu.NonSecure())
 	// The transfer region lies outside the runtime's RAM, which TamaGo maps
 	// strongly ordered; the Trusted OS maps it normal cacheable memory
 	// (monitor.Load), and both views must agree for the caches to.
-	imx6ul.ARM.ConfigureMMU(teemap.TransferStart, teemap.TransferStart+1<<20, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
+	cpu.ConfigureMMU(teemap.TransferStart, teemap.TransferStart+1<<20, 0, arm.MemoryRegion|arm.TTE_EXECUTE_NEVER)
 	var start uintptr = teemap.TransferStart
 	region := unsafe.Slice((*byte)(unsafe.Add(nil, start)), netcall.RegionSize)
 	dev, err := netcall.NewDevice(smc.Caller{}, region)
@@ -117,7 +115,7 @@ func main() {
 		panic(err)
 	}
 	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true,
-		PollInterval: PollInterval, Clock: imx6ul.ARM.GetTime})
+		PollInterval: PollInterval, Clock: cpu.GetTime})
 	if err != nil {
 		panic(err)
 	}
