@@ -51,6 +51,7 @@ const (
 	MII_GBSR   = 10 // 1000BASE-T status
 
 	BMCR_RESET     = 1 << 15
+	BMCR_LOOPBACK  = 1 << 14 // IEEE 802.3 22.2.4.1.2
 	BMCR_SPEED100  = 1 << 13
 	BMCR_ANENABLE  = 1 << 12
 	BMCR_ANRESTART = 1 << 9

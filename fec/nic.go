@@ -115,6 +115,12 @@ type NIC struct {
 	// for the register dump.
 	phyAddr  atomic.Int32
 	phyTaken atomic.Bool
+	// phyLooped is set while the self-test has the PHY in loopback:
+	// PollLink leaves the PHY and the MAC alone meanwhile. pollMu is held
+	// by PollLink for its whole run and by the self-test while it sets
+	// or clears phyLooped, so no poll straddles the change.
+	phyLooped atomic.Bool
+	pollMu    sync.Mutex
 	// loop puts the MAC in internal loopback at the next restart
 	// (SetLoopback); under ctl.
 	loop bool

@@ -40,8 +40,43 @@ func (n *NIC) SetLoopback(on bool) error {
 	return err
 }
 
-// SelfTestOptions tune SelfTest. The zero value tests bounce, sg and tso.
+// Loopback is where the self-test's frames turn back.
+type Loopback int
+
+const (
+	// LoopAuto is the PHY's loopback when the driver has taken a PHY
+	// (StartLink, FindPHY), else the MAC's.
+	LoopAuto Loopback = iota
+	// LoopMAC is the MAC's internal loopback (RCR LOOP, SetLoopback).
+	// It is an MII loopback: on an RMII or RGMII board the MAC runs its
+	// MII interface meanwhile, whose clocks such a board may not give
+	// it (not verified on silicon).
+	LoopMAC
+	// LoopPHY is the PHY's loopback (BMCR bit 14, IEEE 802.3
+	// 22.2.4.1.2): the MAC keeps its interface, speed and the board's
+	// clocks, and the PHY turns the frames back before the medium, as
+	// Linux's genphy_loopback does for ethtool's self-test (loopback at
+	// the link's speed and duplex, autonegotiation off, BMSR link status
+	// awaited; on the way out loopback cleared and autonegotiation
+	// restarted).
+	LoopPHY
+)
+
+func (l Loopback) String() string {
+	switch l {
+	case LoopMAC:
+		return "mac"
+	case LoopPHY:
+		return "phy"
+	}
+	return "auto"
+}
+
+// SelfTestOptions tune SelfTest. The zero value tests bounce, sg and tso
+// in the PHY's loopback, or the MAC's where the driver has no PHY.
 type SelfTestOptions struct {
+	// Loopback chooses the loopback (default LoopAuto).
+	Loopback Loopback
 	// Timeout bounds the wait for each mode's frames to come back
 	// (default 100 ms: the longest mode moves under 100 KB).
 	Timeout time.Duration
@@ -55,6 +90,8 @@ type SelfTestResult struct {
 	// starting at every offset of a word) or "tso" (one 64 KiB TCP packet
 	// through the segmenter, or as much as the ring takes).
 	Mode string `json:"mode"`
+	// Loopback is where the frames turned back: "mac" or "phy".
+	Loopback string `json:"loopback"`
 	// Sent and Returned count frames; Failures the checks that failed
 	// (a frame missing, different, or with a wrong checksum verdict, a MIB
 	// counter off); First describes the first failure.
@@ -82,13 +119,13 @@ func (r SelfTestResult) OK() bool { return r.Failures == 0 && r.Returned == r.Se
 // failures and the first of them.
 func (r SelfTestResult) String() string {
 	if r.Unsupported {
-		return fmt.Sprintf("mode=%s loopback unsupported here (nothing came back, no frame counted sent)", r.Mode)
+		return fmt.Sprintf("mode=%s loopback unsupported here (nothing came back, no frame counted sent) loop=%s", r.Mode, r.Loopback)
 	}
 	if r.OK() {
-		return fmt.Sprintf("mode=%s frames=%d ok %.1fms", r.Mode, r.Sent, float64(r.Elapsed)/1e6)
+		return fmt.Sprintf("mode=%s frames=%d ok %.1fms loop=%s", r.Mode, r.Sent, float64(r.Elapsed)/1e6, r.Loopback)
 	}
-	return fmt.Sprintf("mode=%s frames=%d returned=%d failures=%d first=%q %.1fms",
-		r.Mode, r.Sent, r.Returned, r.Failures, r.First, float64(r.Elapsed)/1e6)
+	return fmt.Sprintf("mode=%s frames=%d returned=%d failures=%d first=%q %.1fms loop=%s",
+		r.Mode, r.Sent, r.Returned, r.Failures, r.First, float64(r.Elapsed)/1e6, r.Loopback)
 }
 
 // selfTestSizes are the frame lengths (without FCS) of the bounce and sg
@@ -129,7 +166,7 @@ func (n *NIC) SelfTestCounted(o SelfTestOptions) ([]SelfTestResult, SelfTestCoun
 	return res, c, err
 }
 
-func (n *NIC) selfTest(o SelfTestOptions) ([]SelfTestResult, error) {
+func (n *NIC) selfTest(o SelfTestOptions) (out []SelfTestResult, err error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 100 * time.Millisecond
 	}
@@ -137,10 +174,31 @@ func (n *NIC) selfTest(o SelfTestOptions) ([]SelfTestResult, error) {
 		o.Sleep = time.Sleep
 	}
 	prev := n.Strategy()
-	if err := n.SetLoopback(true); err != nil {
-		return nil, fmt.Errorf("fec: self-test: loopback on: %w", err)
+	kind := o.Loopback
+	if kind == LoopAuto {
+		kind = LoopMAC
+		if n.phyTaken.Load() {
+			kind = LoopPHY
+		}
 	}
-	var out []SelfTestResult
+	switch kind {
+	case LoopPHY:
+		restore, lerr := n.phyLoopOn(o)
+		if lerr != nil {
+			return nil, fmt.Errorf("fec: self-test: PHY loopback on: %w", lerr)
+		}
+		defer func() {
+			if rerr := restore(); rerr != nil && err == nil {
+				err = fmt.Errorf("fec: self-test: PHY loopback off: %w", rerr)
+			}
+		}()
+	case LoopMAC:
+		if err := n.SetLoopback(true); err != nil {
+			return nil, fmt.Errorf("fec: self-test: loopback on: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("fec: self-test: loopback %d unknown", kind)
+	}
 	for _, mode := range []string{"bounce", "sg", "tso"} {
 		s := bounce.SG
 		if mode == "bounce" {
@@ -162,13 +220,93 @@ func (n *NIC) selfTest(o SelfTestOptions) ([]SelfTestResult, error) {
 			res.Failures, res.Unsupported = 1, false
 			res.First = fmt.Sprintf("the MAC was restarted %d times during the mode (a link change), three tries", res.Restarts)
 		}
+		res.Loopback = kind.String()
 		out = append(out, res)
 	}
 	n.SetStrategy(prev)
-	if err := n.SetLoopback(false); err != nil {
-		return out, fmt.Errorf("fec: self-test: loopback off: %w", err)
+	if kind == LoopMAC {
+		if err := n.SetLoopback(false); err != nil {
+			return out, fmt.Errorf("fec: self-test: loopback off: %w", err)
+		}
 	}
 	return out, nil
+}
+
+// phyLoopTimeout bounds the wait for a PHY put in loopback to report its
+// link (Linux genphy_loopback: 500 ms).
+const phyLoopTimeout = 500 * time.Millisecond
+
+// phyLoopOn puts the driver's PHY in loopback at the link's speed and
+// duplex (100 Mb/s full duplex when the link is down), programs the MAC
+// for the same, and waits for BMSR's link status, as Linux's
+// genphy_loopback does. The link watch (PollLink) leaves the PHY alone
+// until restore, which takes the PHY out of loopback, restarts
+// autonegotiation if it was on (Linux: phy_config_aneg) and puts back the
+// link the driver had; the link watch then follows the negotiation.
+func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
+	addr := n.PHYAddr()
+	n.pollMu.Lock()
+	n.phyLooped.Store(true)
+	n.pollMu.Unlock()
+	l0 := n.Link()
+	done := func() {
+		n.pollMu.Lock()
+		n.phyLooped.Store(false)
+		n.pollMu.Unlock()
+	}
+	bmcr0, err := n.MDIORead(addr, MII_BMCR)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	loop := Link{Up: true, Speed: 100, FullDuplex: true}
+	if l0.Up {
+		loop = l0
+	}
+	ctl := uint16(BMCR_LOOPBACK)
+	switch loop.Speed {
+	case 1000:
+		ctl |= BMCR_SPEED1000
+	case 100:
+		ctl |= BMCR_SPEED100
+	}
+	if loop.FullDuplex {
+		ctl |= BMCR_FULLDPLX
+	}
+	restore = func() error {
+		defer done()
+		v := bmcr0 &^ (BMCR_LOOPBACK | BMCR_RESET)
+		if v&BMCR_ANENABLE != 0 {
+			v |= BMCR_ANRESTART
+		}
+		werr := n.MDIOWrite(addr, MII_BMCR, v)
+		if aerr := n.applyLink(l0); werr == nil {
+			werr = aerr
+		}
+		return werr
+	}
+	if err := n.MDIOWrite(addr, MII_BMCR, ctl); err != nil {
+		return nil, errors.Join(err, restore())
+	}
+	if err := n.applyLink(loop); err != nil {
+		return nil, errors.Join(err, restore())
+	}
+	// BMSR's link status latches low: the first read may show the drop
+	// the mode change made.
+	deadline := time.Now().Add(phyLoopTimeout)
+	for {
+		bmsr, err := n.MDIORead(addr, MII_BMSR)
+		if err != nil {
+			return nil, errors.Join(err, restore())
+		}
+		if bmsr&BMSR_LSTATUS != 0 {
+			return restore, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("PHY %d: no link %v after %v in loopback (BMCR %#04x)", addr, loop, phyLoopTimeout, ctl), restore())
+		}
+		o.Sleep(time.Millisecond)
+	}
 }
 
 // stFrame is a frame the self-test expects back.

@@ -73,8 +73,10 @@ type Options struct {
 	// lost and reported with OV on the next descriptor.
 	RxFIFO int
 	// NoLoopback and NoMIB make the model behave as QEMU's imx_fec.c does
-	// (both are TODOs there): RCR LOOP is ignored, frames go to the wire,
-	// and the MIB counters never move.
+	// (both are TODOs there): RCR LOOP and the PHY's BMCR loopback are
+	// ignored (QEMU 7.2's PHY stores BMCR bit 14 among its 0x7980 and
+	// loops nothing), frames go to the wire, and the MIB counters never
+	// move.
 	NoLoopback, NoMIB bool
 }
 
@@ -765,6 +767,18 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 		}
 		return
 	}
+	if m.phy.looped() && !m.opts.NoLoopback {
+		// PHY loopback (IEEE 802.3 22.2.4.1.2): the PHY returns the frame
+		// on the receive path and sends nothing on the medium. It runs at
+		// the speed and duplex BMCR selects: a MAC programmed for another
+		// mode is not understood and the frame is lost.
+		if m.macLink() != m.phy.loopLink() {
+			m.stats.LinkMismatch++
+			return
+		}
+		m.looped = append(m.looped, bytes.Clone(frame))
+		return
+	}
 	if m.peer != nil && m.wireOK() {
 		m.pending = append(m.pending, bytes.Clone(frame))
 	}
@@ -877,7 +891,9 @@ func (m *Model) deliver(frame []byte, fault RxFault, looped bool) bool {
 	if !m.enabled() {
 		return false
 	}
-	if !looped && m.get(fec.ENETx_RCR)&fec.RCR_LOOP != 0 && !m.opts.NoLoopback {
+	if !looped && (m.get(fec.ENETx_RCR)&fec.RCR_LOOP != 0 || m.phy.looped()) && !m.opts.NoLoopback {
+		// In the MAC's or the PHY's loopback nothing from the medium is
+		// received.
 		m.stats.LoopDropped++
 		return false
 	}

@@ -58,9 +58,32 @@ func (p *phy) restartAN() {
 	p.negotiate()
 }
 
-// established reports a link the MAC can use.
+// established reports a link the MAC can use. In loopback the PHY's
+// link is to itself, cable or not.
 func (p *phy) established() bool {
+	if p.looped() {
+		return true
+	}
 	return p.cable && p.res.Up && (p.bmcr&fec.BMCR_ANENABLE == 0 || p.anLeft == 0)
+}
+
+// looped reports the PHY's loopback (BMCR bit 14, IEEE 802.3 22.2.4.1.2):
+// what the MAC transmits comes back on the receive path, nothing goes onto
+// the medium and nothing from it is received.
+func (p *phy) looped() bool { return p.bmcr&fec.BMCR_LOOPBACK != 0 }
+
+// loopLink is the mode a looped PHY runs: the speed and duplex BMCR
+// selects (22.2.4.1.2: loopback runs at the speed bits 0.13 and 0.6 set;
+// autonegotiation plays no part).
+func (p *phy) loopLink() fec.Link {
+	l := fec.Link{Up: true, Speed: 10, FullDuplex: p.bmcr&fec.BMCR_FULLDPLX != 0}
+	switch {
+	case p.bmcr&fec.BMCR_SPEED1000 != 0:
+		l.Speed = 1000
+	case p.bmcr&fec.BMCR_SPEED100 != 0:
+		l.Speed = 100
+	}
+	return l
 }
 
 // negotiate resolves the link from both ends' settings.
@@ -182,6 +205,10 @@ func (p *phy) write(ra int, v uint16) {
 		}
 		old := p.bmcr
 		p.bmcr = v &^ fec.BMCR_ANRESTART // self-clearing
+		if (old^v)&fec.BMCR_LOOPBACK != 0 {
+			// Into or out of loopback: the link the MAC saw is gone.
+			p.latchedDown = true
+		}
 		switch {
 		case v&fec.BMCR_ANENABLE != 0 && (v&fec.BMCR_ANRESTART != 0 || old&fec.BMCR_ANENABLE == 0):
 			p.restartAN()
