@@ -31,21 +31,26 @@ type CodeRange struct {
 	Lo, Hi uint64
 }
 
-// DeniedRange is a physical range refusing reads, writes or both. Name has
-// no comma and no white space.
+// DeniedRange is a physical range refusing reads, writes or both, to the
+// code of World ("": every CodeRange). Name has no comma, @ or white
+// space.
 type DeniedRange struct {
 	Name        string
 	Lo, Hi      uint64
 	Read, Write bool
+	World       string
 }
 
 // CSUDeniedRanges returns what the TrustZone plan (tzplan.ClosedSlots)
 // refuses the Normal World on the i.MX6ULL: each closed slot's ranges
 // (tzplan.SlotRanges) with the directions its level denies
-// (tzplan.NormalDenies), named "SLOT:BLOCK", and DDR outside the Normal
-// World's region (teemap: the EVK's 512 MiB from 0x8000_0000 less TZASC
-// region 1), which TZASC region 0 keeps Secure, named "TZASC:DDR".
-func CSUDeniedRanges() ([]DeniedRange, error) {
+// (tzplan.NormalDenies), named "SLOT:BLOCK", for every watched world (so
+// that Secure World code watched as a control shows its own, legitimate,
+// device accesses); and DDR outside the Normal World's region (teemap:
+// the EVK's 512 MiB from 0x8000_0000 less TZASC region 1), which TZASC
+// region 0 keeps Secure, named "TZASC:DDR", for the world named normal
+// only (the rest of DDR is the Secure World's own memory).
+func CSUDeniedRanges(normal string) ([]DeniedRange, error) {
 	table := tzplan.SlotRanges()
 	var ds []DeniedRange
 	for _, c := range tzplan.ClosedSlots() {
@@ -60,7 +65,7 @@ func CSUDeniedRanges() ([]DeniedRange, error) {
 		}
 	}
 	const ddrEnd = teemap.NormalStart + 512<<20
-	ds = append(ds, DeniedRange{Name: "TZASC:DDR", Lo: teemap.NormalStart + teemap.NormalSize, Hi: ddrEnd, Read: true, Write: true})
+	ds = append(ds, DeniedRange{Name: "TZASC:DDR", Lo: teemap.NormalStart + teemap.NormalSize, Hi: ddrEnd, Read: true, Write: true, World: normal})
 	return ds, nil
 }
 
@@ -93,14 +98,18 @@ func NewAccessPlugin(dir string, code []CodeRange, deny []DeniedRange) (*AccessP
 		p.args = append(p.args, fmt.Sprintf("code=%s:%#x-%#x", c.World, c.Lo, c.Hi))
 	}
 	for _, d := range deny {
-		if strings.ContainsAny(d.Name, ", \t\n") || d.Name == "" {
+		if strings.ContainsAny(d.Name, ",@ \t\n") || d.Name == "" {
 			return nil, fmt.Errorf("qemu: access plugin range name %q", d.Name)
 		}
 		mode := map[[2]bool]string{{true, false}: "r", {false, true}: "w", {true, true}: "rw"}[[2]bool{d.Read, d.Write}]
 		if mode == "" {
 			continue // denies nothing
 		}
-		p.args = append(p.args, fmt.Sprintf("deny=%s:%#x-%#x:%s", mode, d.Lo, d.Hi, d.Name))
+		arg := fmt.Sprintf("deny=%s:%#x-%#x:%s", mode, d.Lo, d.Hi, d.Name)
+		if d.World != "" {
+			arg += "@" + d.World
+		}
+		p.args = append(p.args, arg)
 	}
 	return p, nil
 }
@@ -110,7 +119,7 @@ func (p *AccessPlugin) QEMUArgs() []string {
 	return []string{"-plugin", strings.Join(append([]string{p.so}, p.args...), ",")}
 }
 
-// Access is one distinct (world, pc, range, direction) the plugin
+// Access is one distinct (world, pc, range, direction, word address) the plugin
 // recorded: the first access's physical address, size and device, and how
 // many accesses there were.
 type Access struct {
@@ -120,6 +129,10 @@ type Access struct {
 	Size         int
 	Device       string
 	Count        uint64
+	// Via are the world's last branch-and-link sites before the first
+	// access, most recent first: the calls that led to it (a trail, not a
+	// stack: see nwaccess.c).
+	Via []uint64
 }
 
 // AccessTotals are one world's counters.
@@ -178,8 +191,18 @@ func ParseAccessReport(s string) (AccessReport, error) {
 		}
 		switch f[0] {
 		case "V":
-			r.Accesses = append(r.Accesses, Access{World: kv["world"], Range: kv["range"], PC: u("pc"), PA: u("pa"),
-				Write: kv["dir"] == "w", IO: kv["io"] == "1", Size: int(u("size")), Device: kv["dev"], Count: u("count")})
+			a := Access{World: kv["world"], Range: kv["range"], PC: u("pc"), PA: u("pa"),
+				Write: kv["dir"] == "w", IO: kv["io"] == "1", Size: int(u("size")), Device: kv["dev"], Count: u("count")}
+			if v := kv["via"]; v != "-" && v != "" {
+				for _, x := range strings.Split(v, ",") {
+					pc, err := strconv.ParseUint(x, 0, 64)
+					if err != nil {
+						return r, fmt.Errorf("qemu: access report line %q: via: %w", line, err)
+					}
+					a.Via = append(a.Via, pc)
+				}
+			}
+			r.Accesses = append(r.Accesses, a)
 		case "T":
 			r.Totals[kv["world"]] = AccessTotals{Loads: u("loads"), Stores: u("stores"), IOLoads: u("io_loads"),
 				IOStores: u("io_stores"), Violations: u("violations"), NoHWAddr: u("no_hwaddr"), PAMismatch: u("pa_mismatch"),

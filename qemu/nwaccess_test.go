@@ -96,7 +96,7 @@ func TestAccessPluginRecords(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deny, err := CSUDeniedRanges()
+	deny, err := CSUDeniedRanges("nw")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,12 @@
  *   code=WORLD:LO-HI      instructions whose virtual address is in [LO, HI)
  *                         belong to WORLD (a label: nw, sw); their loads
  *                         and stores are checked. Repeatable (at most 8).
- *   deny=MODE:LO-HI:NAME  the physical range [LO, HI), named NAME (no
- *                         comma, no space), denies MODE: r (reads), w
- *                         (writes) or rw (both). Repeatable (at most 64);
- *                         ranges may overlap: an access is recorded once
- *                         per range it touches.
+ *   deny=MODE:LO-HI:NAME[@WORLD]  the physical range [LO, HI), named
+ *                         NAME (no comma, space or @), denies MODE: r
+ *                         (reads), w (writes) or rw (both), to every world
+ *                         or, with @WORLD, to that one only. Repeatable
+ *                         (at most 64); ranges may overlap: an access is
+ *                         recorded once per range it touches.
  *
  * The physical address of an access is qemu_plugin_hwaddr_phys_addr's.
  * QEMU 7.2 computes it as block->offset + offset + mr->addr for RAM (right
@@ -29,9 +30,18 @@
  * one. An access with no hwaddr (the TLB entry gone) is checked at its
  * virtual address and counted (no_hwaddr).
  *
- * Report: one line per distinct (world, pc, range, direction):
- *   V world=W pc=0x... range=NAME dir=r|w pa=0x... (the first access)
- *     size=N io=0|1 dev=NAME count=N
+ * Report: one line per distinct (world, pc, range, direction, address):
+ *   V world=W pc=0x... range=NAME dir=r|w pa=0x... size=N (the first
+ *     access's) io=0|1 dev=NAME count=N via=0x...,0x...
+ * The address (the access's word: pa with its low two bits clear) is part
+ * of the key because Go reaches registers through shared helpers (TamaGo's
+ * reg.SetN ends in one atomic store for every register): by pc alone, one
+ * line would stand for every register written.
+ * via lists, most recent first, the last unconditional branch-and-link
+ * instructions (BL, BLX) the world executed before the first access: the
+ * calls that led to it (QEMU 7.2's plugin API shows no registers, so the
+ * stack cannot be walked; a call that has since returned can also appear,
+ * so read it as a trail, not a stack).
  * then per world:
  *   T world=W loads=N stores=N io_loads=N io_stores=N violations=N
  *     no_hwaddr=N pa_mismatch=N mismatch_pc=0x... mismatch_va=0x...
@@ -62,6 +72,9 @@ extern void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, void (*cb)(qemu_
 extern size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
 extern struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
 extern uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+extern const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
+extern size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+extern void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, void (*cb)(unsigned int, void *), enum qemu_plugin_cb_flags flags, void *userdata);
 extern void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, void (*cb)(unsigned int, qemu_plugin_meminfo_t, uint64_t, void *), enum qemu_plugin_cb_flags flags, enum qemu_plugin_mem_rw rw, void *userdata);
 extern unsigned int qemu_plugin_mem_size_shift(qemu_plugin_meminfo_t info);
 extern bool qemu_plugin_mem_is_store(qemu_plugin_meminfo_t info);
@@ -75,6 +88,7 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define MAXWORLDS 8
 #define MAXRANGES 64
 #define TABLE 4096 /* distinct records kept */
+#define VIA 6       /* branch-and-link sites kept per world */
 
 enum { DENY_R = 1, DENY_W = 2 };
 
@@ -83,6 +97,8 @@ static struct world {
 	uint64_t lo, hi;
 	uint64_t loads, stores, io_loads, io_stores, violations, no_hwaddr, pa_mismatch;
 	uint64_t mm_pc, mm_va, mm_pa;
+	uint64_t via[VIA]; /* ring of the last BL/BLX pcs */
+	unsigned nvia;
 } worlds[MAXWORLDS];
 static int nworlds;
 
@@ -90,6 +106,7 @@ static struct range {
 	char name[64];
 	uint64_t lo, hi;
 	int deny;
+	int world; /* the world it applies to, or -1: all */
 } ranges[MAXRANGES];
 static int nranges;
 
@@ -100,25 +117,30 @@ static struct record {
 	unsigned size;
 	bool io;
 	const char *dev; /* interned by QEMU: lives as long as it */
+	uint64_t via[VIA]; /* most recent first; 0: none */
 } records[TABLE];
 static uint64_t nrecords, dropped;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char out[512], req[600];
 
-/* record adds one access to its (world, pc, range, direction) record. Called
+/* record adds one access to its (world, pc, range, direction, word) record. Called
  * with mu held. */
 static void record(int w, uint64_t pc, int r, bool st, uint64_t pa, unsigned size, bool io, const char *dev) {
-	uint64_t key = pc * 0x9E3779B97F4A7C15ull ^ (uint64_t)(r * 2 + st) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t)w;
+	uint64_t word = pa & ~3ull;
+	uint64_t key = pc * 0x9E3779B97F4A7C15ull ^ (uint64_t)(r * 2 + st) * 0xC2B2AE3D27D4EB4Full ^ (uint64_t)w ^
+	               word * 0x165667B19E3779F9ull;
 	for (uint64_t i = 0; i < TABLE; i++) {
 		struct record *e = &records[(key + i) & (TABLE - 1)];
 		if (!e->used) {
 			*e = (struct record){.used = true, .world = w, .range = r, .store = st, .pc = pc, .pa = pa,
 			                     .count = 1, .size = size, .io = io, .dev = dev};
+			for (unsigned k = 0; k < VIA && k < worlds[w].nvia; k++)
+				e->via[k] = worlds[w].via[(worlds[w].nvia - 1 - k) % VIA];
 			nrecords++;
 			return;
 		}
-		if (e->world == w && e->pc == pc && e->range == r && e->store == st) {
+		if (e->world == w && e->pc == pc && e->range == r && e->store == st && (e->pa & ~3ull) == word) {
 			e->count++;
 			return;
 		}
@@ -132,7 +154,9 @@ static uint64_t check(int w, uint64_t pc, uint64_t a, unsigned size, bool st, bo
 	int need = st ? DENY_W : DENY_R;
 	uint64_t hit = 0;
 	for (int r = 0; r < nranges; r++) {
-		if (!(ranges[r].deny & need) || a + size <= ranges[r].lo || a >= ranges[r].hi || (skip >> r & 1)) continue;
+		if (!(ranges[r].deny & need) || (ranges[r].world >= 0 && ranges[r].world != w) || a + size <= ranges[r].lo ||
+		    a >= ranges[r].hi || (skip >> r & 1))
+			continue;
 		hit |= 1ull << r;
 		pthread_mutex_lock(&mu);
 		worlds[w].violations++;
@@ -181,6 +205,24 @@ static void mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, v
 	}
 }
 
+/* called runs before every unconditional BL/BLX of a watched world; ud as
+ * for mem. */
+static void called(unsigned int vcpu, void *ud) {
+	(void)vcpu;
+	struct world *w = &worlds[(uintptr_t)ud >> 32];
+	w->via[w->nvia++ % VIA] = (uintptr_t)ud & 0xffffffffu;
+}
+
+/* is_call: an A32 BL or BLX that always executes (ARM ARM A8.8.25: BL
+ * imm cond 1011, BLX imm 1111 101H, BLX reg cond 0001 0010 1111 1111 1111
+ * 0011 Rm). Conditional ones are left out: Go's every prologue has a
+ * BL.LS to runtime.morestack, rarely taken, which would drown the trail. */
+static bool is_call(uint32_t w) {
+	if ((w & 0xFE000000) == 0xFA000000) return true;
+	if (w >> 28 != 0xE) return false;
+	return (w & 0x0F000000) == 0x0B000000 || (w & 0x0FFFFFF0) == 0x012FFF30;
+}
+
 static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
 	(void)id;
 	size_t n = qemu_plugin_tb_n_insns(tb);
@@ -189,8 +231,13 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
 		uint64_t pc = qemu_plugin_insn_vaddr(insn);
 		for (int w = 0; w < nworlds; w++) {
 			if (pc < worlds[w].lo || pc >= worlds[w].hi) continue;
-			qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
-			                                 (void *)(uintptr_t)(pc | (uint64_t)w << 32));
+			void *ud = (void *)(uintptr_t)(pc | (uint64_t)w << 32);
+			qemu_plugin_register_vcpu_mem_cb(insn, mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, ud);
+			if (qemu_plugin_insn_size(insn) == 4) {
+				uint32_t word;
+				memcpy(&word, qemu_plugin_insn_data(insn), 4);
+				if (is_call(word)) qemu_plugin_register_vcpu_insn_exec_cb(insn, called, QEMU_PLUGIN_CB_NO_REGS, ud);
+			}
 			break;
 		}
 	}
@@ -205,9 +252,11 @@ static void dump(void) {
 	for (int i = 0; i < TABLE; i++) {
 		struct record *e = &records[i];
 		if (!e->used) continue;
-		fprintf(f, "V world=%s pc=%#llx range=%s dir=%c pa=%#llx size=%u io=%d dev=%s count=%llu\n",
+		fprintf(f, "V world=%s pc=%#llx range=%s dir=%c pa=%#llx size=%u io=%d dev=%s count=%llu via=",
 		        worlds[e->world].name, (unsigned long long)e->pc, ranges[e->range].name, e->store ? 'w' : 'r',
 		        (unsigned long long)e->pa, e->size, e->io, e->dev[0] ? e->dev : "-", (unsigned long long)e->count);
+		for (int k = 0; k < VIA && e->via[k]; k++) fprintf(f, "%s%#llx", k ? "," : "", (unsigned long long)e->via[k]);
+		fprintf(f, "%s\n", e->via[0] ? "" : "-");
 	}
 	for (int w = 0; w < nworlds; w++) {
 		struct world *x = &worlds[w];
@@ -270,10 +319,18 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 			if (c2 == NULL) goto bad;
 			size_t ml = c1 - m;
 			r->deny = ml == 1 && m[0] == 'r' ? DENY_R : ml == 1 && m[0] == 'w' ? DENY_W : ml == 2 && !strncmp(m, "rw", 2) ? DENY_R | DENY_W : 0;
-			if (r->deny == 0 || parse_range(c1 + 1, c2, &r->lo, &r->hi) || c2[1] == 0 || strlen(c2 + 1) >= sizeof r->name ||
-			    strpbrk(c2 + 1, " \t\n"))
+			const char *nm = c2 + 1, *at = strchr(nm, '@');
+			size_t nl = at ? (size_t)(at - nm) : strlen(nm);
+			if (r->deny == 0 || parse_range(c1 + 1, c2, &r->lo, &r->hi) || nl == 0 || nl >= sizeof r->name ||
+			    strpbrk(nm, " \t\n"))
 				goto bad;
-			strcpy(r->name, c2 + 1);
+			memcpy(r->name, nm, nl);
+			r->world = -1;
+			if (at != NULL) {
+				for (int w = 0; w < nworlds; w++)
+					if (!strcmp(worlds[w].name, at + 1)) r->world = w;
+				if (r->world < 0) goto bad; /* code=WORLD must come first */
+			}
 			nranges++;
 		} else {
 			goto bad;
