@@ -26,6 +26,13 @@ import (
 // drives ENET1 (Secure only), so its ENET1 writes must be recorded, or the
 // plugin sees nothing and the Normal World's clean record proves nothing.
 // They are not violations.
+//
+// What it cannot see: code QEMU does not run. Under QEMU 7.2 DIGPROG reads
+// revision 0, so TamaGo's imx6ul takes its emulated paths (Native false):
+// on a native i.MX6ULL the Normal World's start-up also runs initRNG's
+// RNGB.Init, which this test never sees. Nor does it see DMA (the CSU_SA
+// and TZASC settings govern that) or the MMU's table walks (into the
+// Normal World's own RAM).
 func TestTEENormalWorldCSU(t *testing.T) {
 	elf := teeFirmware(t, false)
 	cc := os.Getenv("CC")
