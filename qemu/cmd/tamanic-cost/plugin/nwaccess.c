@@ -20,14 +20,16 @@
  *                         recorded once per range it touches.
  *
  * The physical address of an access is qemu_plugin_hwaddr_phys_addr's.
- * QEMU 7.2 computes it as block->offset + offset + mr->addr for RAM (right
- * only for the first RAM block, the DDR) and as the section's address plus
+ * QEMU 7.2 (plugins/api.c) computes it as block->offset + offset +
+ * mr->addr for RAM (right only for the first RAM block, the DDR: on
+ * mcimx6ul-evk a store to OCRAM at 0x00900000 comes back as 0x20930000,
+ * TestAccessPluginRecords) and as the section's address plus
  * the offset in the memory region for devices (right only when the section
  * starts at the region's start); TamaGo maps every address flat (virtual ==
  * physical, and the early start-up runs with the MMU off). So where the
  * two differ the access is counted (pa_mismatch, the first one kept) and
  * checked at both addresses: the check can only be stricter, never miss
- * one. An access with no hwaddr (the TLB entry gone) is checked at its
+ * one. An access with no hwaddr (the TLB entry already replaced) is checked at its
  * virtual address and counted (no_hwaddr).
  *
  * Report: one line per distinct (world, pc, range, direction, address):
@@ -37,12 +39,14 @@
  * of the key because Go reaches registers through shared helpers (TamaGo's
  * reg.SetN ends in one atomic store for every register): by pc alone, one
  * line would stand for every register written.
+ *
  * via lists, most recent first, the last unconditional branch-and-link
  * instructions (BL, BLX) the world executed before the first access: the
  * calls that led to it (QEMU 7.2's plugin API shows no registers, so the
  * stack cannot be walked; a call that has since returned can also appear,
  * so read it as a trail, not a stack).
- * then per world:
+ *
+ * Then, per world:
  *   T world=W loads=N stores=N io_loads=N io_stores=N violations=N
  *     no_hwaddr=N pa_mismatch=N mismatch_pc=0x... mismatch_va=0x...
  *     mismatch_pa=0x...
