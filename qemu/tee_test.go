@@ -49,15 +49,19 @@ func teeFirmware(t *testing.T, hostile bool) string {
 	return teeFW.elfs[hostile]
 }
 
-// bootTEE boots the partitioned image and checks what its console says
-// about the partition.
-func bootTEE(t *testing.T, hostile bool) *Machine {
+// bootTEE boots the partitioned image, with args as further QEMU
+// arguments, and checks what its console says about the partition.
+func bootTEE(t *testing.T, hostile bool, args ...string) *Machine {
 	t.Helper()
 	elf := teeFirmware(t, hostile)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var console bytes.Buffer
-	m, err := Boot(ctx, Options{ELF: elf, Board: "mx6ullevk", Console: &console})
+	o := Options{ELF: elf, Board: "mx6ullevk", Console: &console, Args: args}
+	if len(args) > 0 {
+		o.ReadyTimeout = 2 * time.Minute // a plugin slows the boot
+	}
+	m, err := Boot(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
