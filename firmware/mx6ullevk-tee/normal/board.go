@@ -5,14 +5,15 @@ package main
 // The Normal World's own start-up: the runtime/goos hooks TamaGo's
 // board/nxp/mx6ullevk and soc/nxp/imx6ul would otherwise provide, without
 // their writes to blocks the Trusted OS closes to the Normal World (issue
-// 32). Those packages, imported here, would at boot:
-//   - set the UART1 and OCOTP clock gates (CCM_CCGR5, CCM_CCGR2) and
-//     reset UART1 (uart.UART.Init): the CCM is Normal World read-only
-//     (CSU_CSL5 slot 1, tee/tzplan);
+// 32). Those packages, imported here, would at boot (TestTEENormalWorldCSU
+// listed the writes under QEMU):
+//   - set clock gates in the CCM, Normal World read-only (CSU_CSL5 slot
+//     1, tee/tzplan): the OCOTP's, the watchdogs', UART1's (resetting it)
+//     and the USDHCs';
+//   - mux IOMUXC pads, Normal World read-only (CSL6 slot 1): the PMIC's
+//     WDOG1_ANY and the USDHC write-protect pads;
 //   - initialise the i.MX6ULL's RNGB and take every random byte from it
-//     (imx6ul initRNG): the RNGB is Secure only (CSU_CSL34 slot 1);
-//   - start the watchdogs and set the OCOTP's timings, which the Trusted
-//     OS has done.
+//     (imx6ul initRNG): the RNGB is Secure only (CSU_CSL34 slot 1).
 //
 // Here the Trusted OS has already set the clocks, pads, UART1 (the console
 // both worlds write), the system counter and CNTFRQ; the Normal World
