@@ -134,6 +134,10 @@ type NIC struct {
 	filtMu    sync.Mutex
 	mta       [128]uint32
 	rctlFlags uint32
+	// loop: the MAC is in loopback (SetLoopback), which configure puts
+	// back after a Reset; loopCtrl holds the CTRL link bits it replaced.
+	loop     bool
+	loopCtrl uint32
 
 	phyHangs atomic.Int32 // consecutive Watchdog checks that found the PHY hung
 	// hwMu keeps Interrupt, Poll and HWStats, which the interrupt loop
@@ -230,6 +234,9 @@ func (n *NIC) configure() {
 	n.filtMu.Lock()
 	if n.rctlFlags != 0 {
 		n.r.Write32(RCTL, n.r.Read32(RCTL)|n.rctlFlags)
+	}
+	if n.loop {
+		n.loopOnLocked()
 	}
 	n.filtMu.Unlock()
 	n.tx.start(n)

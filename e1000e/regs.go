@@ -71,10 +71,17 @@ const (
 
 // CTRL bits.
 const (
-	ctrlFD     = 1 << 0
-	ctrlSLU    = 1 << 6 // set link up
-	ctrlRST    = 1 << 26
-	ctrlPHYRST = 1 << 31
+	ctrlFD  = 1 << 0
+	ctrlSLU = 1 << 6 // set link up
+	// Speed selection (9:8, 10b = 1000 Mb/s), force speed and force
+	// duplex (Linux defines.h E1000_CTRL_SPD_SEL, SPD_1000, FRCSPD,
+	// FRCDPX).
+	ctrlSpeedMask = 3 << 8
+	ctrlSpeed1000 = 2 << 8
+	ctrlFRCSPD    = 1 << 11
+	ctrlFRCDPX    = 1 << 12
+	ctrlRST       = 1 << 26
+	ctrlPHYRST    = 1 << 31
 )
 
 // STATUS bits.
@@ -130,12 +137,17 @@ const (
 
 // RCTL bits.
 const (
-	rctlEN    = 1 << 1
-	rctlUPE   = 1 << 3
-	rctlMPE   = 1 << 4
-	rctlLPE   = 1 << 5
-	rctlBAM   = 1 << 15
-	rctlSECRC = 1 << 26
+	rctlEN  = 1 << 1
+	rctlUPE = 1 << 3
+	rctlMPE = 1 << 4
+	rctlLPE = 1 << 5
+	// Loopback mode, bits 7:6: 00b none, 01b MAC loopback (Linux
+	// defines.h E1000_RCTL_LBM_NO 0, E1000_RCTL_LBM_MAC 0x40,
+	// E1000_RCTL_LBM_TCVR 0xC0).
+	rctlLBMMask = 3 << 6
+	rctlLBMMAC  = 1 << 6
+	rctlBAM     = 1 << 15
+	rctlSECRC   = 1 << 26
 	// BSIZE 00 with BSEX 0: 2048-byte buffers.
 	rctlBSize2048 = 0
 	rctlRDMTSHalf = 0 << 8

@@ -161,6 +161,18 @@ type Options struct {
 	// clear.
 	AutoReadDelay time.Duration
 	AutoReadNever bool
+
+	// NoLoopback: RCTL.LBM and the PHY's BMCR loopback are ignored, and
+	// frames go to the wire (OnTransmit) as always.
+	NoLoopback bool
+	// FragmentTSO: a TSO packet leaves as IPv4 fragments of the whole
+	// datagram instead of TCP segments, as QEMU's e1000e does before 8.0
+	// with a backend that takes no virtio-net header (hw/net/net_tx_pkt.c
+	// net_tx_pkt_do_sw_csum, then net_tx_pkt_do_sw_fragmentation: pieces
+	// of the MSS rounded down to 8 bytes, the TCP header in the first).
+	// Not silicon behaviour: it lets the driver's self-test be tested on
+	// what QEMU does.
+	FragmentTSO bool
 }
 
 // MaxTxFrags is the most data descriptors QEMU's e1000e gathers one TX
@@ -177,6 +189,10 @@ type Stats struct {
 	RxTooLong, RxRunt, RxDisabled  int
 	RxPHYHung                      int // frames lost to a hung PHY (HangPHY)
 	MSIs                           int
+	// Looped counts frames the MAC transmitted back to its own receiver
+	// (loopback); RxWhileLooped frames from the wire dropped meanwhile;
+	// LoopDropped frames lost to Faults.DropLoop.
+	Looped, RxWhileLooped, LoopDropped int
 }
 
 // Model is one 82574L.
@@ -210,6 +226,7 @@ type Model struct {
 	pending [][]byte // frames to hand to out once unlocked
 	raw     *rawWB   // InjectWriteback's write-back
 	owned   map[uint32][4]uint32
+	faults  Faults
 }
 
 type txCtx struct {
@@ -720,6 +737,7 @@ func (m *Model) data(h uint32, d []byte) {
 			m.gather, m.ndata, m.dataTSE = nil, 0, false
 			return
 		}
+		m.staleLine(addr, b)
 		if len(m.gather) == 0 {
 			m.dataTSE = w2&(1<<26) != 0
 			m.popts = w3 >> 8 & 0xFF
@@ -818,6 +836,10 @@ func (m *Model) segment(p []byte) {
 		return
 	}
 	hdr, pay := p[:c.hdrlen], p[c.hdrlen:]
+	if m.opts.FragmentTSO && c.ip {
+		m.fragmentTSO(p)
+		return
+	}
 	id := binary.BigEndian.Uint16(hdr[c.ipcss+4:])
 	seq := binary.BigEndian.Uint32(hdr[c.tucss+4:])
 	flags := hdr[c.tucss+13]
@@ -856,6 +878,34 @@ func (m *Model) segment(p []byte) {
 	}
 }
 
+// fragmentTSO is Options.FragmentTSO: p (headers and payload) as one
+// IPv4 datagram with its TCP checksum, cut into fragments.
+func (m *Model) fragmentTSO(p []byte) {
+	c := m.ctx
+	d := append([]byte(nil), p...)
+	binary.BigEndian.PutUint16(d[c.ipcss+2:], uint16(len(d)-c.ipcss))
+	l4 := d[c.tucss:]
+	pseudo := pkttest.Sum(0, d[c.ipcss+12:c.ipcss+20]) + 6 + uint32(len(l4))
+	binary.BigEndian.PutUint16(d[c.tucso:], 0)
+	binary.BigEndian.PutUint16(d[c.tucso:], ^pkttest.Fold(pkttest.Sum(pseudo, l4)))
+	piece := c.mss &^ 7
+	ipl := d[c.tucss:] // the IP payload
+	for off := 0; off < len(ipl); off += piece {
+		k := min(piece, len(ipl)-off)
+		f := append(append([]byte(nil), d[:c.tucss]...), ipl[off:off+k]...)
+		ip := f[c.ipcss:]
+		binary.BigEndian.PutUint16(ip[2:], uint16(c.tucss-c.ipcss+k))
+		fo := uint16(off / 8)
+		if off+k < len(ipl) {
+			fo |= 0x2000 // MF
+		}
+		binary.BigEndian.PutUint16(ip[6:], fo)
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^pkttest.Fold(pkttest.Sum(0, ip[:c.tucss-c.ipcss])))
+		m.emit(f)
+	}
+}
+
 func (m *Model) emit(f []byte) {
 	if len(f) < 60 && m.reg[rTCTL]&(1<<3) != 0 { // PSP: pad short packets
 		f = append(f, make([]byte, 60-len(f))...)
@@ -864,5 +914,9 @@ func (m *Model) emit(f []byte) {
 	m.stats[sGPTC]++
 	m.stats[sTPT]++
 	m.stats[sGOTCL] += uint64(len(f) + 4)
+	if m.looping() {
+		m.loop(f)
+		return
+	}
 	m.pending = append(m.pending, f)
 }

@@ -62,12 +62,24 @@ func (m *Model) inject(f []byte, errs uint32) bool {
 }
 
 func (m *Model) injectLocked(f []byte, errs uint32) bool {
+	if m.looping() {
+		// In loopback the receiver takes the MAC's own frames, not the
+		// wire's.
+		m.st.RxWhileLooped++
+		return false
+	}
+	return m.receive(f, errs)
+}
+
+// receive stores frame f, from the wire or looped back, in the next RX
+// descriptor.
+func (m *Model) receive(f []byte, errs uint32) bool {
 	rctl := m.reg[rRCTL]
 	if m.phyHung {
 		m.st.RxPHYHung++
 		return false
 	}
-	if rctl&2 == 0 || m.opts.LinkDown {
+	if rctl&2 == 0 || m.opts.LinkDown && !m.looping() {
 		m.st.RxDisabled++
 		return false
 	}
@@ -133,6 +145,11 @@ func (m *Model) injectLocked(f []byte, errs uint32) bool {
 	st := uint32(1 | 2) // DD, EOP
 	st |= m.verdicts(f)
 	st |= errs
+	if m.faults.WrongVerdict > 0 && st&(1<<4|1<<5) != 0 {
+		// Faults.WrongVerdict: the TCP/UDP verdict turned over.
+		m.faults.WrongVerdict--
+		st ^= 1 << 29
+	}
 	// Write-back format: MRQ, RSS/checksum, status and errors, length.
 	// The status dword last, as it makes the descriptor the driver's.
 	ln := uint32(len(data))
