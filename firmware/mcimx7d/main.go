@@ -11,6 +11,10 @@
 // When an Intel 82574L (QEMU's e1000e) is on the PCIe bus, it becomes a
 // second interface of the same gVisor stack (NIC 2) with its own address,
 // taken by DHCP like ENET1's (its own client, app.Network.AddInterface),
+// after its loopback self-test (e1000e.NIC.SelfTest: one
+// "SELFTEST e1000e mode=..." line per mode on the console, the results
+// in /stats under nic.selftest of NIC 2 and nic.e1000e.selftest of
+// ENET1; skipped with SELFTEST=off, as ENET1's),
 // and its own instance of the services; /stats of both interfaces reports
 // it under nic.e1000e and its lease under ipv4 (ENET1's: under
 // ipv4.interfaces), and the console says "E1000E ip=... mac=..." once it
@@ -81,6 +85,7 @@ type e1000eControls struct {
 	ep   *netstack.Endpoint
 	irqs func() (n, ns int64)
 	rc   *pcie.RC
+	self *e1000eSelfTestReport
 }
 
 // e1000ePHYRegs are the PHY registers of the dump (IEEE 802.3 clause 22,
@@ -130,10 +135,13 @@ type e1000eStats struct {
 	Link     e1000e.Link    `json:"link"`
 	IRQs     int64          `json:"irqs"`
 	IRQNs    int64          `json:"irq_ns"`
+	// SelfTest is the loopback self-test at boot; its Counts are in
+	// Driver's counters, not the endpoint's.
+	SelfTest *e1000eSelfTestReport `json:"selftest"`
 }
 
 func (c *e1000eControls) Stats() any {
-	s := e1000eStats{Driver: c.nic.Stats(), Endpoint: c.ep.Stats(), HW: c.nic.HWStats(), Link: c.nic.Link()}
+	s := e1000eStats{Driver: c.nic.Stats(), Endpoint: c.ep.Stats(), HW: c.nic.HWStats(), Link: c.nic.Link(), SelfTest: c.self}
 	s.IRQs, s.IRQNs = c.irqs()
 	return s
 }
@@ -152,6 +160,9 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	if err != nil {
 		return nil, err
 	}
+	// The loopback self-test, before the stack's endpoint exists (it
+	// receives from the NIC itself).
+	self := e1000eSelfTest(nic)
 	nic.SetAllMulticast(true) // gVisor never says which groups it joins
 	ep, err = netstack.New(netstack.Options{Device: e1000e.Device{NIC: nic}, TSO: true, AckFilter: true, GRO: true,
 		Clock: mcimx7d.Nanotime})
@@ -172,7 +183,7 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	if err != nil {
 		return nil, fmt.Errorf("e1000e: %w", err)
 	}
-	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs, rc: rc}
+	c := &e1000eControls{HWTSOMode: cxnic.HWTSOMode{Name: "e1000e", EP: ep, Idle: mcimx7d.IdleNanoseconds}, nic: nic, ep: ep, irqs: irqs, rc: rc, self: self}
 	// The services listen on any address of NIC 2, so they follow the
 	// lease.
 	srv := &app.Server{Stack: s, NIC: 2, Ctl: c, Boot: boot, Net: e, Limits: app.DefaultLimits.Split(Interfaces)}
@@ -195,6 +206,47 @@ func addE1000E(n *app.Network, rc *pcie.RC, d *pcie.Device, boot time.Time) (*e1
 	fmt.Printf("E1000E ip=%s mac=%02x:%02x:%02x:%02x:%02x:%02x link=%v speed=%d irq=%s\n",
 		ip, m[0], m[1], m[2], m[3], m[4], m[5], l.Up, l.Mbps, E1000EIRQ)
 	return c, nil
+}
+
+// e1000eSelfTestReport is the 82574L's self-test at boot, as
+// fwmain.SelfTestReport is ENET1's.
+type e1000eSelfTestReport struct {
+	// Skipped: built with SELFTEST=off. Error: the test could not run.
+	Skipped bool                    `json:"skipped,omitempty"`
+	Error   string                  `json:"error,omitempty"`
+	Results []e1000e.SelfTestResult `json:"results,omitempty"`
+	// Counts is what the test added to the driver's counters.
+	Counts e1000e.SelfTestCounts `json:"counts"`
+	// Failures counts the failed checks of every mode: never hidden.
+	Failures int `json:"failures"`
+}
+
+// e1000eSelfTest runs the 82574L's loopback self-test unless the build
+// says SELFTEST=off (fwmain.SelfTest), prints one line per mode
+// ("SELFTEST e1000e mode=sg frames=19 ok 1.2ms", "... FAIL ..." or
+// "... unsupported: ...") and returns the report.
+func e1000eSelfTest(nic *e1000e.NIC) *e1000eSelfTestReport {
+	r := &e1000eSelfTestReport{}
+	if fwmain.SelfTest == "off" {
+		r.Skipped = true
+		fmt.Println("SELFTEST e1000e skipped (SELFTEST=off)")
+		return r
+	}
+	res, counts, err := nic.SelfTestCounted(e1000e.SelfTestOptions{})
+	r.Results, r.Counts = res, counts
+	for _, x := range res {
+		r.Failures += x.Failures
+		if !x.OK() && !x.Unsupported && x.Failures == 0 {
+			r.Failures++ // frames missing without a check failing: counted all the same
+		}
+		fmt.Printf("SELFTEST e1000e %s\n", x)
+	}
+	if err != nil {
+		r.Error = err.Error()
+		r.Failures++
+		fmt.Printf("SELFTEST e1000e error=%q\n", err.Error())
+	}
+	return r
 }
 
 // Interfaces is how many interfaces may run the services: ENET1, the
