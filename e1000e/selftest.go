@@ -155,9 +155,11 @@ func (n *NIC) selfTest(o SelfTestOptions) (out []SelfTestResult, err error) {
 	return out, nil
 }
 
-// stCheck is a mode's check of each frame that comes back (i counts
-// them) and its end.
+// stCheck is a mode's sending (which calls pace after each frame it
+// queued, with the count so far), its check of each frame that comes
+// back (i counts them) and its end.
 type stCheck struct {
+	send   func(pace func(sent int))
 	frame  func(i int, f *Frame)
 	finish func()
 }
@@ -183,45 +185,59 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 	default:
 		c = n.selfTestFrames(&res, fail, o)
 	}
-	deadline := time.Now().Add(o.Timeout)
-	lastLook := time.Now()
 	got := 0
-	for got < res.Sent && time.Now().Before(deadline) {
+	// take receives and checks one frame, and reports whether there was
+	// one.
+	take := func() bool {
 		n.reclaim()
 		f, err := n.Receive()
 		if err != nil {
 			fail("receive: %v", err)
-			continue
+			return true
 		}
 		if f == nil {
-			if got == 0 && time.Since(start) > 10*time.Millisecond && time.Since(lastLook) > time.Millisecond {
-				// Nothing back after 10 ms: if TX is done and the
-				// receiver saw nothing, no need to wait out the timeout.
-				lastLook = time.Now()
-				if n.TxInFlight() == 0 && n.HWStats().TotalRx == hw0.TotalRx {
-					break
-				}
-			}
-			o.Sleep(50 * time.Microsecond)
-			continue
+			return false
 		}
-		d := f.Bytes()
-		if !selfTestFrame(d, n.mac) {
+		switch d := f.Bytes(); {
+		case !selfTestFrame(d, n.mac):
 			// Not the test's: from the wire (a MAC not looping back
 			// receives it), ignored and counted.
 			res.Foreign++
-			f.Release()
-			continue
-		}
-		if frags != nil && frags.take(d) {
-			// An IP fragment of the TSO packet (below).
-			f.Release()
+		case frags != nil && frags.take(d):
+			// An IP fragment of the TSO packet (stFragments).
 			got++
+		default:
+			c.frame(got, f)
+			got++
+		}
+		f.Release()
+		return true
+	}
+	// The frames come back faster than they could be taken: the sender
+	// waits while the RX ring might be full.
+	deadline := time.Now().Add(o.Timeout)
+	c.send(func(sent int) {
+		for sent-got > n.rx.n-2 && time.Now().Before(deadline) {
+			if !take() {
+				o.Sleep(50 * time.Microsecond)
+			}
+		}
+	})
+	deadline = time.Now().Add(o.Timeout)
+	lastLook := time.Now()
+	for got < res.Sent && time.Now().Before(deadline) {
+		if take() {
 			continue
 		}
-		c.frame(got, f)
-		f.Release()
-		got++
+		if got == 0 && time.Since(start) > 10*time.Millisecond && time.Since(lastLook) > time.Millisecond {
+			// Nothing back after 10 ms: if TX is done and the receiver
+			// saw nothing, no need to wait out the timeout.
+			lastLook = time.Now()
+			if n.TxInFlight() == 0 && n.HWStats().TotalRx == hw0.TotalRx {
+				break
+			}
+		}
+		o.Sleep(50 * time.Microsecond)
 	}
 	res.Returned = got
 	n.reclaim()
@@ -234,7 +250,7 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 		res.Elapsed = time.Since(start)
 		return res
 	}
-	if got == 0 && res.Sent > 0 && hw1.TotalRx == hw0.TotalRx {
+	if got == 0 && res.Sent > 0 && n.TxInFlight() == 0 && hw1.TotalRx == hw0.TotalRx {
 		// Every descriptor came back done, and no frame reached the
 		// receiver (TPR did not move): a device without loopback. Not
 		// a pass, not a failure.
@@ -321,12 +337,15 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		frames = append(frames, stFrame{want: want, desc: fmt.Sprintf(" %d@0 (bad UDP checksum)", size), bad: true})
 		sends = append(sends, [][]byte{b})
 	}
-	for i, fr := range sends {
-		if err := n.stTransmit(o, fr, !frames[i].bad); err != nil {
-			fail("transmit frame %d (%d bytes): %v", i, len(frames[i].want), err)
-			continue
+	send := func(pace func(int)) {
+		for i, fr := range sends {
+			if err := n.stTransmit(o, fr, !frames[i].bad); err != nil {
+				fail("transmit frame %d (%d bytes): %v", i, len(frames[i].want), err)
+				continue
+			}
+			res.Sent++
+			pace(res.Sent)
 		}
-		res.Sent++
 	}
 	back := make([]bool, len(frames))
 	frame := func(_ int, fr *Frame) {
@@ -369,7 +388,7 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 			}
 		}
 	}
-	return stCheck{frame, finish}
+	return stCheck{send, frame, finish}
 }
 
 // stTransmit sends frags, waiting while the ring is full up to o.Timeout.
@@ -412,13 +431,16 @@ const (
 	stID   = 0x5000
 )
 
-// selfTestGSO sends one TCP packet of 64 KiB (or what the ring takes)
+// selfTestGSO sends one TCP packet of 64 KiB (or what the rings take)
 // through TransmitGSO and checks that its segments come back with the
 // headers the controller must write, valid checksums and, together, the
 // payload.
 func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stCheck, *stFragments) {
-	segMax, _ := gsoBudget(n.tx.n)
-	size := min(0xffff-40, segMax*stMSS)
+	// 64 KiB less the headers (an IPv4 datagram's length is 16 bits), or
+	// what the TX ring takes (a context and a header descriptor, then
+	// 8 KiB a data descriptor: TransmitGSO's budget), or what the RX ring
+	// holds at once (the segments arrive faster than they are taken).
+	size := min(0xffff-40, min(n.tx.n-3, MaxDataDescs-1)*MaxPerDesc, (n.rx.n-2)*stMSS)
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = byte(i*7 + i>>8)
@@ -430,10 +452,12 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stChe
 	whole := append(append([]byte(nil), hdr...), payload...)
 	fixTCP(whole)
 	frags := &stFragments{whole: whole}
-	if err := n.TransmitGSO(hdr, [][]byte{payload}, tso.Options{Type: tso.TCP, MSS: stMSS}, nil); err != nil {
-		fail("transmit a %d-byte TSO packet: %v", size, err)
-	} else {
-		res.Sent = segs
+	send := func(func(int)) {
+		if err := n.TransmitGSO(hdr, [][]byte{payload}, tso.Options{Type: tso.TCP, MSS: stMSS}, nil); err != nil {
+			fail("transmit a %d-byte TSO packet: %v", size, err)
+		} else {
+			res.Sent = segs
+		}
 	}
 	back := make([]byte, 0, size)
 	frame := func(i int, fr *Frame) {
@@ -491,7 +515,7 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stChe
 			fail("payload byte %d (segment %d, offset %d) is %#02x, sent %#02x", k, k/stMSS, k%stMSS, back[k], payload[k])
 		}
 	}
-	return stCheck{frame, finish}, frags
+	return stCheck{send, frame, finish}, frags
 }
 
 // stFragments collects what comes back of the TSO packet as IPv4

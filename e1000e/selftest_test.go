@@ -221,3 +221,14 @@ func TestSelfTestTSOAsIPFragments(t *testing.T) {
 		t.Errorf("tso with fragments lost: %v, want a failure", res[1])
 	}
 }
+
+// TestSelfTestSmallRings: with the smallest rings (8 descriptors each)
+// the test still fits its frames and TSO packet in them and passes.
+func TestSelfTestSmallRings(t *testing.T) {
+	r := newRig(t, rigOptions{cfg: func(c *e1000e.Config) { c.TxRing, c.RxRing = 8, 8 }})
+	for _, x := range selfTest(t, r) {
+		if !x.OK() {
+			t.Errorf("%s", x)
+		}
+	}
+}

@@ -399,9 +399,11 @@ func e1000eEndToEnd(t *testing.T, n int64, irq string, xflags ...string) {
 	// call unsupported. Never absent, never a FAIL.
 	for _, want := range []string{"SELFTEST e1000e mode=sg frames=19 ok ", "SELFTEST e1000e mode=tso "} {
 		i := strings.Index(m.Console(), want)
-		if line, _, _ := strings.Cut(m.Console()[max(i, 0):], "\n"); i < 0 || !strings.Contains(line, " ok ") && !strings.Contains(line, " unsupported: ") {
+		line, _, _ := strings.Cut(m.Console()[max(i, 0):], "\n")
+		if i < 0 || !strings.Contains(line, " ok ") && !strings.Contains(line, " unsupported: ") {
 			t.Errorf("console has no %q line saying ok or unsupported:\n%s", want, m.Console())
 		}
+		t.Logf("%s", line)
 	}
 	e := m.E1000E
 	if err := e.SetMode("tso", 0); err != nil {
