@@ -6,7 +6,8 @@
 // data descriptors gathering a frame's fragments in place, checksum
 // insertion and TCP segmentation (IPv4 and IPv6) in hardware through
 // context descriptors, interrupts (INTx or MSI, serviced by Interrupt) or
-// polling, and the statistics registers.
+// polling, the statistics registers, and a loopback self-test
+// (SelfTest, in MAC loopback: SetLoopback).
 //
 // The NIC implements netstack.Device directly, with Segmentation done by
 // the controller: a GSO packet costs one context descriptor, one header

@@ -19,7 +19,9 @@
 // per segment IPv4 total length, ID incremented, header checksum; IPv6
 // payload length; TCP sequence; PSH and FIN only in the last segment; TCP
 // checksum from the driver's seed plus the segment length), DD write-back
-// only for descriptors with RS, and the statistics registers it counts.
+// only for descriptors with RS, the statistics registers it counts, and
+// MAC (RCTL.LBM 01b) and PHY (BMCR) loopback with faults for the driver's
+// self-test (loopback.go).
 //
 // It reports as violations (Take) what the silicon would turn into
 // corruption or a hang: rings not 16-byte aligned or of a length not a
