@@ -156,10 +156,11 @@ func (n *NIC) selfTest(o SelfTestOptions) (out []SelfTestResult, err error) {
 }
 
 // stCheck is a mode's sending (which calls pace after each frame it
-// queued, with the count so far), its check of each frame that comes
-// back (i counts them) and its end.
+// queued, with the count so far, and waits for TX descriptors until
+// until), its check of each frame that comes back (i counts them) and
+// its end.
 type stCheck struct {
-	send   func(pace func(sent int))
+	send   func(pace func(sent int), until time.Time)
 	frame  func(i int, f *Frame)
 	finish func()
 }
@@ -215,6 +216,8 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 	}
 	// The frames come back faster than they could be taken: the sender
 	// waits while the RX ring might be full.
+	// One deadline for all the sending, one for what comes back after:
+	// a mode takes at most twice the timeout.
 	deadline := time.Now().Add(o.Timeout)
 	c.send(func(sent int) {
 		for sent-got > n.rx.n-2 && time.Now().Before(deadline) {
@@ -222,7 +225,7 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 				o.Sleep(50 * time.Microsecond)
 			}
 		}
-	})
+	}, deadline)
 	deadline = time.Now().Add(o.Timeout)
 	lastLook := time.Now()
 	for got < res.Sent && time.Now().Before(deadline) {
@@ -337,9 +340,9 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		frames = append(frames, stFrame{want: want, desc: fmt.Sprintf(" %d@0 (bad UDP checksum)", size), bad: true})
 		sends = append(sends, [][]byte{b})
 	}
-	send := func(pace func(int)) {
+	send := func(pace func(int), until time.Time) {
 		for i, fr := range sends {
-			if err := n.stTransmit(o, fr, !frames[i].bad); err != nil {
+			if err := n.stTransmit(o, until, fr, !frames[i].bad); err != nil {
 				fail("transmit frame %d (%d bytes): %v", i, len(frames[i].want), err)
 				continue
 			}
@@ -391,12 +394,11 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 	return stCheck{send, frame, finish}
 }
 
-// stTransmit sends frags, waiting while the ring is full up to o.Timeout.
-func (n *NIC) stTransmit(o SelfTestOptions, frags [][]byte, csum bool) error {
-	end := time.Now().Add(o.Timeout)
+// stTransmit sends frags, waiting while the ring is full until until.
+func (n *NIC) stTransmit(o SelfTestOptions, until time.Time, frags [][]byte, csum bool) error {
 	for {
 		err := n.Transmit(frags, csum, nil)
-		if !errors.Is(err, ErrRingFull) || time.Now().After(end) {
+		if !errors.Is(err, ErrRingFull) || time.Now().After(until) {
 			return err
 		}
 		n.reclaim()
@@ -452,7 +454,7 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stChe
 	whole := append(append([]byte(nil), hdr...), payload...)
 	fixTCP(whole)
 	frags := &stFragments{whole: whole}
-	send := func(func(int)) {
+	send := func(func(int), time.Time) {
 		if err := n.TransmitGSO(hdr, [][]byte{payload}, tso.Options{Type: tso.TCP, MSS: stMSS}, nil); err != nil {
 			fail("transmit a %d-byte TSO packet: %v", size, err)
 		} else {
