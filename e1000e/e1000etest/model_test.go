@@ -348,3 +348,30 @@ func TestModelPHYHang(t *testing.T) {
 	}
 	b.expect()
 }
+
+// TestModelMACLoopbackNeedsForcedLink: a frame sent in MAC loopback
+// (RCTL.LBM 01b) without CTRL.SLU and CTRL.FD is a violation and is lost;
+// with them it reaches the MAC's own receiver, not the wire.
+func TestModelMACLoopbackNeedsForcedLink(t *testing.T) {
+	b := newBench(t, e1000etest.Options{})
+	var wire int
+	b.m.OnTransmit(func([]byte) { wire++ })
+	if err := b.d.SetBusMaster(true); err != nil {
+		t.Fatal(err)
+	}
+	b.mem.SyncForDevice(&b.buf, 0, b.buf.Len(), dma.ToDevice)
+	b.startTX()
+	b.r.Write32(0x0000, 0)                       // CTRL: no SLU, no FD
+	b.r.Write32(0x0100, b.r.Read32(0x0100)|1<<6) // RCTL.LBM = 01b
+	a := uint32(b.buf.Addr())
+	b.desc(0, a, 0, dext|dtypD|ifcs|60|eop, 0)
+	b.r.Write32(0x3818, 1)
+	b.expect("MAC loopback")
+	b.r.Write32(0x0000, 1<<6|1) // SLU, FD
+	b.desc(1, a, 0, dext|dtypD|ifcs|60|eop, 0)
+	b.r.Write32(0x3818, 2)
+	b.expect()
+	if st := b.m.Stats(); st.Looped != 1 || wire != 0 {
+		t.Errorf("stats %+v, %d frames on the wire: want one looped, none out", st, wire)
+	}
+}
