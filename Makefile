@@ -73,7 +73,7 @@ CONTROL_TOKEN ?=
 IP            ?=
 GATEWAY       ?=
 DHCP          ?=
-## SELFTEST=off skips the ENET loopback self-test at boot (on by default).
+## SELFTEST=off skips the loopback self-tests at boot (the ENET's, and the i.MX7D's 82574L's; on by default).
 SELFTEST      ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \

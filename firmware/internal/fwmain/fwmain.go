@@ -58,7 +58,8 @@ type Board struct {
 
 // SelfTest is the build's self-test switch (make firmware SELFTEST=off,
 // which links -X ...fwmain.SelfTest=off): anything but "off" runs the
-// ENET's loopback self-test (fec.NIC.SelfTest) before the stack starts.
+// ENET's loopback self-test (fec.NIC.SelfTest) before the stack starts,
+// and the i.MX7D firmware the 82574L's (e1000e.NIC.SelfTest) before its.
 var SelfTest string
 
 // Settings are the firmware's build-time settings (the address is
