@@ -92,6 +92,16 @@ type Device interface {
 	Close() error
 }
 
+// RxGate is a Device that may be taken from the endpoint for a while (a
+// self-test at run time): the endpoint calls BeginRx before each receive
+// batch and, when it returns true, EndRx after it; when it returns false
+// the batch is skipped as if nothing had been received. BeginRx must not
+// wait.
+type RxGate interface {
+	BeginRx() bool
+	EndRx()
+}
+
 // PeekResult says why RxPeeker.PeekRun's run of frames ended.
 type PeekResult int
 

@@ -93,6 +93,7 @@ type Stats struct {
 // Endpoint is a gVisor link endpoint on a Device.
 type Endpoint struct {
 	dev  Device
+	gate RxGate // dev's, when it has one
 	info DeviceInfo
 	opts Options
 	mtu  atomic.Uint32
@@ -146,7 +147,8 @@ func New(o Options) (*Endpoint, error) {
 	if info.MaxFrame < 60+header.EthernetMinimumSize {
 		return nil, fmt.Errorf("netstack: device max frame %d too small", info.MaxFrame)
 	}
-	e := &Endpoint{dev: o.Device, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:]),
+	gate, _ := o.Device.(RxGate)
+	e := &Endpoint{dev: o.Device, gate: gate, info: info, opts: o, addr: tcpip.LinkAddress(info.MAC[:]),
 		txKick: make(chan struct{}, 1)}
 	// Room for one VLAN tag: a 1518-byte frame carries a 1500-byte MTU.
 	e.mtu.Store(uint32(info.MaxFrame - header.EthernetMinimumSize - 4))
@@ -763,6 +765,12 @@ func (e *Endpoint) rxBatch() (more, failed bool) {
 	e.mu.Unlock()
 	if d == nil {
 		return false, false
+	}
+	if e.gate != nil {
+		if !e.gate.BeginRx() {
+			return false, false
+		}
+		defer e.gate.EndRx()
 	}
 	addr := e.LinkAddress()
 	if pk, ok := e.dev.(RxPeeker); ok && e.opts.AckFilter {

@@ -40,6 +40,7 @@ var modes = []mode{
 // host is one gVisor stack (internal/stacktest) on one ENET model.
 type host struct {
 	rig   *fectest.Rig
+	dev   *fecdev.Device
 	ep    *netstack.Endpoint
 	st    *stacktest.Host
 	s     *stack.Stack  // st.S
@@ -92,7 +93,7 @@ func newHost(t testing.TB, i byte, o hostOptions) *host {
 	// on, and its SACK recovery crawls after a tail loss
 	// (TestGVisorTailLossCrawlsWithSACK).
 	st := stacktest.New(t, lep, i, stacktest.Options{NoSACK: !*campaignSACK})
-	h := &host{rig: rig, ep: ep, st: st, s: st.S, v4: st.V4, v6: st.V6}
+	h := &host{rig: rig, dev: dev, ep: ep, st: st, s: st.S, v4: st.V4, v6: st.V6}
 	st.Diag = h.diag
 	// The interrupt handler, as the GIC would run it.
 	stop := stacktest.Serve(rig.Model.IRQ(), func() { rig.NIC.Interrupt() })

@@ -133,6 +133,8 @@ type Server struct {
 		SHA256 string `json:"sha256"`
 	}
 	sinkPattern SinkPatternStats
+	// selfTestMu is held while POST /selftest runs one.
+	selfTestMu sync.Mutex
 }
 
 // Start listens on every port and serves in background goroutines.
@@ -165,6 +167,7 @@ func (s *Server) Start() error {
 	mux.HandleFunc("POST /mode", s.mode)
 	mux.HandleFunc("POST /gc", s.gc)
 	mux.HandleFunc("GET /debug/regs", s.debugRegs)
+	mux.HandleFunc("POST /selftest", s.selfTest)
 	mux.HandleFunc("GET /{$}", s.index)
 	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil
@@ -360,6 +363,34 @@ func (s *Server) debugRegs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(groups)
+}
+
+// selfTest answers POST /selftest (control token): the interface's
+// loopback self-test, run now, and its report as JSON (the same as /stats
+// "nic.selftest"). It takes the interface offline for the test (a few
+// hundred milliseconds, plus a link renegotiation when it loops at the
+// PHY), so it needs the token; one runs at a time (409 while one does).
+func (s *Server) selfTest(w http.ResponseWriter, r *http.Request) {
+	if !s.authorised(w, r) {
+		return
+	}
+	st, ok := s.Ctl.(SelfTester)
+	if !ok {
+		http.Error(w, "this interface has no run-time self-test", http.StatusNotImplemented)
+		return
+	}
+	if !s.selfTestMu.TryLock() {
+		http.Error(w, "a self-test is running", http.StatusConflict)
+		return
+	}
+	defer s.selfTestMu.Unlock()
+	rep, err := st.SelfTest()
+	if err != nil {
+		http.Error(w, fmt.Sprintf("self-test: %v", err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(rep)
 }
 
 // gc runs full garbage collections and answers the runtime statistics

@@ -149,6 +149,15 @@ type RegisterDumper interface {
 	Registers() []RegisterGroup
 }
 
+// SelfTester is a Controls whose NIC POST /selftest can put through its
+// loopback self-test at run time (the interface is offline meanwhile:
+// its traffic is dropped, the link may drop). The result is the report
+// /stats shows, as JSON; failures are in it, not in the error, which
+// says the test could not run.
+type SelfTester interface {
+	SelfTest() (any, error)
+}
+
 // Registers implements RegisterDumper: the ENET's registers and those of
 // the PHY the driver took (fec.NIC.StartLink), not the first that answers:
 // on a shared MDIO bus (the EVK's) that may be the other port's.

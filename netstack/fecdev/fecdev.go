@@ -3,6 +3,8 @@ package fecdev
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/netstack"
@@ -15,6 +17,32 @@ import (
 type Device struct {
 	NIC  *fec.NIC
 	done func(any, error)
+	// offline is held for writing while SelfTest has the NIC and for
+	// reading by every endpoint call into it (a whole receive batch:
+	// BeginRx, EndRx); a call that cannot take it at once finds the ring
+	// full or nothing received, never waits.
+	offline sync.RWMutex
+}
+
+// errOffline is a transmit refused while SelfTest has the NIC: Full
+// reports it, so the endpoint counts it as a full ring (gVisor drops the
+// packet; TCP sends it again).
+var errOffline = fmt.Errorf("fecdev: NIC offline for its self-test: %w", fec.ErrRingFull)
+
+// SelfTest runs the NIC's loopback self-test (fec.NIC.SelfTestCounted)
+// while the endpoint runs, as Linux's `ethtool -t ... offline` takes an
+// interface down: the endpoint's transmits are refused as a full ring and
+// its receives find nothing until the test ends, frames in flight may be
+// aborted, and the loopback (at the PHY: an autonegotiation restart
+// afterwards) interrupts the link for as long as it takes. It waits for
+// endpoint calls in progress to return first.
+func (d *Device) SelfTest(o fec.SelfTestOptions) ([]fec.SelfTestResult, fec.SelfTestCounts, error) {
+	d.offline.Lock()
+	res, c, err := d.NIC.SelfTestCounted(o)
+	d.offline.Unlock()
+	// Whatever the wire brought since is the endpoint's again.
+	d.NIC.Poll()
+	return res, c, err
 }
 
 // New wraps n. The NIC's Config.OnTxDone must call the returned device's
@@ -50,11 +78,19 @@ func (d *Device) SetTxDone(f func(any, error)) { d.done = f }
 
 // Transmit implements netstack.Device.
 func (d *Device) Transmit(frags [][]byte, csum bool, cookie any) error {
+	if !d.offline.TryRLock() {
+		return errOffline
+	}
+	defer d.offline.RUnlock()
 	return d.NIC.Transmit(frags, fec.TxOptions{Csum: csum}, cookie)
 }
 
 // TransmitGSO implements netstack.Device.
 func (d *Device) TransmitGSO(hdr []byte, payload [][]byte, o tso.Options, cookie any) error {
+	if !d.offline.TryRLock() {
+		return errOffline
+	}
+	defer d.offline.RUnlock()
 	return d.NIC.TransmitGSO(hdr, payload, o, cookie)
 }
 
@@ -77,7 +113,13 @@ func (d *Device) RxReady() <-chan struct{} { return d.NIC.RxReady() }
 func (d *Device) Close() error { return d.NIC.Close() }
 
 // Poll implements netstack.Device.
-func (d *Device) Poll() { _, _ = d.NIC.Poll() }
+func (d *Device) Poll() {
+	if !d.offline.TryRLock() {
+		return
+	}
+	defer d.offline.RUnlock()
+	_, _ = d.NIC.Poll()
+}
 
 type frame fec.Packet
 
@@ -107,3 +149,14 @@ func (d *Device) PeekRun(out []netstack.PeekedRx, max int) (int, netstack.PeekRe
 func (d *Device) DropRx(k int) error { return d.NIC.DropRun(k) }
 
 var _ netstack.RxPeeker = (*Device)(nil)
+
+// BeginRx implements netstack.RxGate: a receive batch (Receive, PeekRun,
+// DropRx) runs only while SelfTest does not have the NIC, so a frame
+// PeekRun showed in place is still the endpoint's when it is taken or
+// dropped.
+func (d *Device) BeginRx() bool { return d.offline.TryRLock() }
+
+// EndRx implements netstack.RxGate.
+func (d *Device) EndRx() { d.offline.RUnlock() }
+
+var _ netstack.RxGate = (*Device)(nil)

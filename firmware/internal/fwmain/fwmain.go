@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/tamanic/tamanic/fec"
@@ -125,7 +126,8 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	if b.Line != nil {
 		fmt.Fprintln(console, b.Line())
 	}
-	self := selfTest(n, "enet", s.SelfTest, console)
+	self := &selfTests{name: "enet", console: console}
+	self.boot(n, s.SelfTest)
 	dev = fecdev.New(n)
 	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true, Clock: b.Nanotime})
 	if err != nil {
@@ -152,22 +154,16 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 			return nil, err
 		}
 	}
-	var ctl app.Controls = nc
-	stats := b.Stats
-	if self != nil {
-		stats = func() map[string]any {
-			m := map[string]any{"selftest": self}
-			if b.Stats != nil {
-				for k, v := range b.Stats() {
-					m[k] = v
-				}
+	stats := func() map[string]any {
+		m := map[string]any{"selftest": self.snapshot()}
+		if b.Stats != nil {
+			for k, v := range b.Stats() {
+				m[k] = v
 			}
-			return m
 		}
+		return m
 	}
-	if stats != nil {
-		ctl = controls{nc, stats}
-	}
+	var ctl app.Controls = controls{nc, stats, self, dev}
 	srv := &app.Server{Stack: network.Stack, NIC: 1, Net: network, Ctl: ctl, Boot: boot,
 		Limits: app.DefaultLimits.Split(s.Interfaces)}
 	if err := srv.Start(); err != nil {
@@ -180,10 +176,21 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	return &running{ctl: ctl, network: network}, nil
 }
 
-// controls adds the board's members to the NIC's /stats document.
+// controls adds the board's members to the NIC's /stats document, and
+// the run-time self-test (app.SelfTester).
 type controls struct {
 	*app.NICControls
 	board func() map[string]any
+	self  *selfTests
+	dev   *fecdev.Device
+}
+
+// SelfTest implements app.SelfTester: the ENET's self-test now, the
+// endpoint kept off the NIC meanwhile (fecdev.Device.SelfTest), with the
+// same console lines as at boot.
+func (c controls) SelfTest() (any, error) {
+	res, counts, err := c.dev.SelfTest(fec.SelfTestOptions{})
+	return c.self.record(res, counts, err, "run time"), nil
 }
 
 // Stats returns the NIC's members with the board's added.
@@ -204,42 +211,93 @@ func (c controls) Stats() any {
 }
 
 // SelfTestReport is the /stats "nic.selftest" member: the ENET's loopback
-// self-test at boot.
+// self-test, at boot and each run since (POST /selftest).
 type SelfTestReport struct {
-	// Skipped: built with SELFTEST=off. Error: the test could not run.
+	// Skipped: built with SELFTEST=off (and none run since). Error: the
+	// last test could not run.
 	Skipped bool                 `json:"skipped,omitempty"`
 	Error   string               `json:"error,omitempty"`
 	Results []fec.SelfTestResult `json:"results,omitempty"`
-	// Counts is what the test added to the driver's counters.
+	// Counts is what every test so far added to the driver's counters.
 	Counts fec.SelfTestCounts `json:"counts"`
-	// Failures counts the failed checks of every mode: never hidden.
-	Failures int `json:"failures"`
+	// Failures counts the failed checks of every mode of the last test:
+	// never hidden. Runs counts the tests run, FailedRuns those with a
+	// failure or an error (a failure at boot stays counted after a
+	// later pass).
+	Failures   int `json:"failures"`
+	Runs       int `json:"runs"`
+	FailedRuns int `json:"failed_runs"`
 }
 
-// selfTest runs n's loopback self-test unless mode is "off", prints one
-// line per TX mode ("SELFTEST enet mode=sg frames=17 ok 0.7ms", the
-// failures and the first of them, or "loopback unsupported here") and
-// returns the report.
-func selfTest(n *fec.NIC, name, mode string, console io.Writer) *SelfTestReport {
-	r := &SelfTestReport{}
+// selfTests holds an interface's self-test report for /stats and
+// prints each test's lines ("SELFTEST enet mode=sg frames=17 ok 0.7ms
+// loop=phy", the failures and the first of them, or "loopback
+// unsupported here").
+type selfTests struct {
+	name    string
+	console io.Writer
+	mu      sync.Mutex
+	r       SelfTestReport
+}
+
+// boot runs n's self-test unless mode is "off".
+func (s *selfTests) boot(n *fec.NIC, mode string) {
 	if mode == "off" {
-		r.Skipped = true
-		fmt.Fprintf(console, "SELFTEST %s skipped (SELFTEST=off)\n", name)
-		return r
+		s.mu.Lock()
+		s.r.Skipped = true
+		s.mu.Unlock()
+		fmt.Fprintf(s.console, "SELFTEST %s skipped (SELFTEST=off)\n", s.name)
+		return
 	}
 	res, counts, err := n.SelfTestCounted(fec.SelfTestOptions{})
-	r.Results, r.Counts = res, counts
+	s.record(res, counts, err, "")
+}
+
+// record makes a test's results the report's and prints them, when
+// ("run time", or "" at boot) after the interface's name.
+func (s *selfTests) record(res []fec.SelfTestResult, counts fec.SelfTestCounts, err error, when string) SelfTestReport {
+	name := s.name
+	if when != "" {
+		name += " (" + when + ")"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &s.r
+	r.Skipped, r.Error, r.Results, r.Failures = false, "", res, 0
+	r.Runs++
+	c := &r.Counts
+	c.TxFrames += counts.TxFrames
+	c.TxGSOPackets += counts.TxGSOPackets
+	c.TxGSOSegments += counts.TxGSOSegments
+	c.RxFrames += counts.RxFrames
+	c.RxSkipped += counts.RxSkipped
 	for _, x := range res {
 		r.Failures += x.Failures
 		if !x.OK() && !x.Unsupported && x.Failures == 0 {
 			r.Failures++ // frames missing without a check failing: counted all the same
 		}
-		fmt.Fprintf(console, "SELFTEST %s %s\n", name, x)
+		fmt.Fprintf(s.console, "SELFTEST %s %s\n", name, x)
 	}
 	if err != nil {
 		r.Error = err.Error()
 		r.Failures++
-		fmt.Fprintf(console, "SELFTEST %s error=%q\n", name, err.Error())
+		fmt.Fprintf(s.console, "SELFTEST %s error=%q\n", name, err.Error())
 	}
+	if r.Failures > 0 {
+		r.FailedRuns++
+	}
+	return s.copyLocked()
+}
+
+// snapshot returns a copy of the report.
+func (s *selfTests) snapshot() SelfTestReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.copyLocked()
+}
+
+func (s *selfTests) copyLocked() SelfTestReport {
+	r := s.r
+	r.Results = append([]fec.SelfTestResult(nil), r.Results...)
 	return r
 }
