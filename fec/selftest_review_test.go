@@ -90,3 +90,18 @@ func TestReviewPHYLoopLinkAfterRestore(t *testing.T) {
 		t.Errorf("after the self-test the driver reports %v, the PHY has no link (renegotiating)", nl)
 	}
 }
+
+// TestReviewPHYLoopWithoutPHY: SelfTest with Loopback LoopPHY on a NIC
+// that has taken no PHY (PHYAddr -1) addresses PHY 31 (-1 & 0x1F): on a
+// shared MDIO bus that is some other device's BMCR, written with loopback
+// and restored from what it read. It must refuse with an error instead.
+func TestReviewPHYLoopWithoutPHY(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{})
+	if a := r.NIC.PHYAddr(); a >= 0 {
+		t.Fatalf("PHYAddr %d without StartLink", a)
+	}
+	res, err := r.NIC.SelfTest(fec.SelfTestOptions{Loopback: fec.LoopPHY, Timeout: 20 * time.Millisecond})
+	if err == nil {
+		t.Errorf("LoopPHY without a PHY ran: %v", res)
+	}
+}
