@@ -262,6 +262,11 @@ func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
 	loop := Link{Up: true, Speed: 100, FullDuplex: true}
 	if l0.Up {
 		loop = l0
+		// Full duplex always: a half-duplex MAC (RCR DRT) receives nothing
+		// while it transmits, and the looped frame returns within 512 BT
+		// (IEEE 802.3 22.2.4.1.2); the PHY in loopback ignores BMCR's
+		// duplex (22.2.4.1.8); Linux micrel.c ksz9031_set_loopback forces it.
+		loop.FullDuplex = true
 	}
 	ctl := uint16(BMCR_LOOPBACK)
 	switch loop.Speed {

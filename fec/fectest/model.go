@@ -776,6 +776,14 @@ func (m *Model) finishTx(frame []byte, bds []txBD, bad bool) {
 			m.stats.LinkMismatch++
 			return
 		}
+		if m.get(fec.ENETx_RCR)&fec.RCR_DRT != 0 {
+			// The looped frame's RX_DV rises within 512 bit times of
+			// TX_EN (IEEE 802.3 22.2.4.1.2), i.e. while the MAC still
+			// transmits; DRT disables reception while transmitting
+			// (IMX6ULLRM 22.5.10, RCR DRT): the frame is not received.
+			m.stats.LoopDropped++
+			return
+		}
 		m.looped = append(m.looped, bytes.Clone(frame))
 		return
 	}
