@@ -85,7 +85,17 @@ func (p *PHY) PollLink() (Link, bool, error) {
 	defer n.pollMu.Unlock()
 	if n.phyLooped.Load() {
 		// The self-test has the PHY in loopback (SelfTest): its link is
-		// the loop's, not the wire's.
+		// the loop's, not the wire's. If the test has ended and could not
+		// take the PHY out of loopback (an MDIO error), try again.
+		if r := n.phyRestore; r.pending {
+			if err := n.MDIOWrite(r.addr, MII_BMCR, r.bmcr); err != nil {
+				return n.Link(), false, err
+			}
+			n.phyRestore.pending = false
+			n.phyLooped.Store(false)
+			err := n.afterPHYLoop(r.bmcr, r.link)
+			return n.Link(), true, err
+		}
 		return n.Link(), false, nil
 	}
 	bmsr, err := n.MDIORead(p.Addr, MII_BMSR)

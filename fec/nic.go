@@ -121,6 +121,16 @@ type NIC struct {
 	// or clears phyLooped, so no poll straddles the change.
 	phyLooped atomic.Bool
 	pollMu    sync.Mutex
+	// phyRestore, when pending, is the BMCR value a self-test could not
+	// write back to its PHY to take it out of loopback, and the link the
+	// driver had; the link watch retries it (under pollMu, phyLooped
+	// still set).
+	phyRestore struct {
+		pending bool
+		addr    int
+		bmcr    uint16
+		link    Link
+	}
 	// loop puts the MAC in internal loopback at the next restart
 	// (SetLoopback); under ctl.
 	loop bool

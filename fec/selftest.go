@@ -244,6 +244,9 @@ const phyLoopTimeout = 500 * time.Millisecond
 // autonegotiation if it was on (Linux: phy_config_aneg) and puts back the
 // link the driver had; the link watch then follows the negotiation.
 func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
+	if !n.phyTaken.Load() {
+		return nil, errors.New("no PHY taken by the driver (StartLink, FindPHY)")
+	}
 	addr := n.PHYAddr()
 	n.pollMu.Lock()
 	n.phyLooped.Store(true)
@@ -279,16 +282,21 @@ func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
 		ctl |= BMCR_FULLDPLX
 	}
 	restore = func() error {
-		defer done()
 		v := bmcr0 &^ (BMCR_LOOPBACK | BMCR_RESET)
 		if v&BMCR_ANENABLE != 0 {
 			v |= BMCR_ANRESTART
 		}
-		werr := n.MDIOWrite(addr, MII_BMCR, v)
-		if aerr := n.applyLink(l0); werr == nil {
-			werr = aerr
+		if werr := n.MDIOWrite(addr, MII_BMCR, v); werr != nil {
+			// The PHY may still be looped: the link watch keeps off the
+			// link and writes v again at each poll until it takes
+			// (PollLink), rather than read the loop's link as the wire's.
+			n.pollMu.Lock()
+			n.phyRestore.pending, n.phyRestore.addr, n.phyRestore.bmcr, n.phyRestore.link = true, addr, v, l0
+			n.pollMu.Unlock()
+			return werr
 		}
-		return werr
+		done()
+		return n.afterPHYLoop(v, l0)
 	}
 	if err := n.MDIOWrite(addr, MII_BMCR, ctl); err != nil {
 		return nil, errors.Join(err, restore())
@@ -297,7 +305,10 @@ func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
 		return nil, errors.Join(err, restore())
 	}
 	// BMSR's link status latches low: the first read may show the drop
-	// the mode change made.
+	// the mode change made. Linux's genphy_loopback sleeps 5 ms before its
+	// first read (phy_read_poll_timeout, sleep_before_read): a PHY may
+	// still report the old link for a moment.
+	o.Sleep(5 * time.Millisecond)
 	deadline := time.Now().Add(phyLoopTimeout)
 	for {
 		bmsr, err := n.MDIORead(addr, MII_BMSR)
@@ -312,6 +323,17 @@ func (n *NIC) phyLoopOn(o SelfTestOptions) (restore func() error, err error) {
 		}
 		o.Sleep(time.Millisecond)
 	}
+}
+
+// afterPHYLoop sets the link the driver reports once the PHY has left
+// its loopback with BMCR v: down when autonegotiation was restarted (it
+// takes seconds on silicon; the link watch brings the link up when it
+// completes), else the forced link l0 the driver had.
+func (n *NIC) afterPHYLoop(v uint16, l0 Link) error {
+	if v&BMCR_ANENABLE != 0 {
+		return n.applyLink(Link{})
+	}
+	return n.applyLink(l0)
 }
 
 // stFrame is a frame the self-test expects back.

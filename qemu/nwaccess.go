@@ -64,7 +64,12 @@ func CSUDeniedRanges(normal string) ([]DeniedRange, error) {
 				Lo: uint64(x.Base), Hi: x.End(), Read: r, Write: w})
 		}
 	}
-	const ddrEnd = teemap.NormalStart + 512<<20
+	// The DDR window runs to the top of the address space (IMX6ULLRM 2.2:
+	// MMDC 0x8000_0000-0xFFFF_FFFF): TZASC region 0 refuses the Normal
+	// World all of it but its own 128 MiB, and the controller aliases
+	// the EVK's 512 MiB above it (a review found the range stopping at
+	// 512 MiB).
+	const ddrEnd = 1 << 32
 	ds = append(ds, DeniedRange{Name: "TZASC:DDR", Lo: teemap.NormalStart + teemap.NormalSize, Hi: ddrEnd, Read: true, Write: true, World: normal})
 	return ds, nil
 }

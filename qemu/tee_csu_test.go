@@ -27,12 +27,12 @@ import (
 // plugin sees nothing and the Normal World's clean record proves nothing.
 // They are not violations.
 //
-// What it cannot see: code QEMU does not run. Under QEMU 7.2 DIGPROG reads
-// revision 0, so TamaGo's imx6ul takes its emulated paths (Native false):
-// on a native i.MX6ULL the Normal World's start-up also runs initRNG's
-// RNGB.Init, which this test never sees. Nor does it see DMA (the CSU_SA
-// and TZASC settings govern that) or the MMU's table walks (into the
-// Normal World's own RAM).
+// What it cannot see: paths this run does not take (the hostile image,
+// traffic beyond its 256 KiB each way; the Normal World no longer links
+// TamaGo's imx6ul, whose native-only paths this run could not have
+// taken), Normal World code executing outside its RAM (an exception before
+// its vectors are set), DMA (the CSU_SA and TZASC settings govern that)
+// and the MMU's table walks (into the Normal World's own RAM).
 func TestTEENormalWorldCSU(t *testing.T) {
 	elf := teeFirmware(t, false)
 	cc := os.Getenv("CC")

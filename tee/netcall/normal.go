@@ -481,12 +481,17 @@ var _ netstack.Device = (*Device)(nil)
 // a later caller). It is what the Normal World's runtime and crypto/rand
 // read; it uses no memory shared with the Secure World, so it works
 // before the Normal World's MMU and caches are on. An answer other than
-// StatusOK is an error: the caller must not run on the bytes.
+// StatusOK is returned as the error (a Status, without allocating): the
+// caller must not run on the bytes.
 func ReadRandom(c Caller, b []byte) error {
 	for len(b) > 0 {
 		st, v := c.Call(OpRandom, 0, 0, 0)
 		if st != StatusOK {
-			return fmt.Errorf("netcall: random: %w", st)
+			// The Status itself (its Error names the call's package):
+			// nothing allocated, as this runs in the runtime's randinit,
+			// before the scheduler has a P (a review found fmt.Errorf
+			// here).
+			return st
 		}
 		var w [4]byte
 		binary.LittleEndian.PutUint32(w[:], v)

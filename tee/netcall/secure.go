@@ -30,6 +30,10 @@ type ServerConfig struct {
 	SmallSlots, LargeSlots int
 	// Random is the source OpRandom answers from; crypto/rand's Reader
 	// when nil (in the Trusted OS, TamaGo's: the RNGB on an i.MX6ULL).
+	// A source that fails is answered StatusClosed; crypto/rand's never
+	// returns an error (Go 1.26 ends the program instead, and TamaGo's
+	// RNGB driver panics on an RNGB error), so there a failing RNGB stops
+	// the whole Trusted OS: fail-closed, ENET1 included.
 	Random io.Reader
 }
 

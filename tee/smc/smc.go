@@ -22,3 +22,11 @@ func (Caller) Call(op netcall.Op, r1, r2, r3 uint32) (netcall.Status, uint32) {
 
 // Write sends c to the Trusted OS's console (GoTEE's SYS_WRITE, 1).
 func Write(c byte) { call(1, uint32(c), 0, 0) }
+
+// Exit ends the Normal World through GoTEE's SYS_EXIT (call 0), which the
+// Trusted OS serves by stopping; it does not return.
+func Exit(code uint32) {
+	call(0, code, 0, 0)
+	for {
+	}
+}

@@ -70,9 +70,12 @@ func SlotRanges() map[string][]Range {
 			{"GPC", 0x020dc000, aipsSlot, ""},
 		},
 		// ANATOP: Linux's reg is 0x1000 (anatop@20c8000); USBPHY1/2 at
-		// 0x020C9000/0x020CA000 share its 16 KB AIPS slot and are left
-		// out (whether CSL6 slot 0 covers them is not confirmed).
-		"ANATOP":     {{"ANATOP", 0x020c8000, 0x1000, "USBPHY1/2 in the same AIPS slot not included"}},
+		// 0x020C9000/0x020CA000 share its 16 KB AIPS slot, and no other
+		// slot names them: taken as ANATOP's (stricter, as for SNVS).
+		"ANATOP": {
+			{"ANATOP", 0x020c8000, 0x1000, ""},
+			{"USBPHY1/2", 0x020c9000, aipsSlot - 0x1000, "UNCONFIRMED that CSL6 slot 0 guards the USB PHYs sharing ANATOP's AIPS slot; taken as ANATOP's (stricter)"},
+		},
 		"IOMUXC":     {{"IOMUXC", 0x020e0000, aipsSlot, ""}},
 		"IOMUXC_GPR": {{"IOMUXC_GPR", 0x020e4000, aipsSlot, ""}},
 		"ENET": {
@@ -83,9 +86,15 @@ func SlotRanges() map[string][]Range {
 		"MMDC":       {{"MMDC", 0x021b0000, aipsSlot, "controller registers (P0); DDR itself is the TZASC's"}},
 		"OCOTP_CTRL": {{"OCOTP_CTRL", 0x021bc000, aipsSlot, ""}},
 		"TZASC1":     {{"TZASC1", 0x021d0000, aipsSlot, ""}},
-		"OCRAM":      {{"OCRAM", 0x00900000, 0x20000, "the ULL's 128 KiB"}},
-		"DCP":        {{"DCP", 0x02280000, aipsSlot, ""}},
-		"RNGB":       {{"RNGB", 0x02284000, aipsSlot, ""}},
+		// The memory map aliases the 128 KiB over 0x0092_0000-0x0097_FFFF
+		// (QEMU's fsl-imx6ul.c FSL_IMX6UL_OCRAM_ALIAS_ADDR, 384 KiB): the
+		// alias reaches the same Secure RAM (a review found it missing).
+		"OCRAM": {
+			{"OCRAM", 0x00900000, 0x20000, "the ULL's 128 KiB"},
+			{"OCRAM alias", 0x00920000, 0x60000, "the same RAM, aliased"},
+		},
+		"DCP":  {{"DCP", 0x02280000, aipsSlot, ""}},
+		"RNGB": {{"RNGB", 0x02284000, aipsSlot, ""}},
 	}
 }
 

@@ -94,12 +94,18 @@ func initRNG() {}
 
 // getRandomData fills b from the Secure World's random source
 // (goos.GetRandomData: the runtime's seeds and crypto/rand). It runs from
-// the runtime's schedinit, before hwinit1, so it uses registers only. A
-// Secure World that cannot give random bytes stops the Normal World.
+// the runtime's schedinit, before hwinit1 and before the scheduler has a
+// P, so it uses registers only and allocates nothing, on failure too: a
+// Secure World that cannot give random bytes makes it print a fixed line
+// on the console and stop the Normal World (GoTEE's exit call).
 //
 //go:linkname getRandomData runtime/goos.GetRandomData
 func getRandomData(b []byte) {
 	if err := netcall.ReadRandom(smc.Caller{}, b); err != nil {
-		panic("normal: no entropy from the Secure World")
+		const msg = "normal: no entropy from the Secure World: stopping\n"
+		for i := 0; i < len(msg); i++ {
+			printk(msg[i])
+		}
+		smc.Exit(1)
 	}
 }
