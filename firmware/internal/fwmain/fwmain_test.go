@@ -159,3 +159,44 @@ func TestHookErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunTimeSelfTest: the firmware's controls run the ENET's self-test
+// again (POST /selftest): the same console lines marked "(run time)", the
+// report's runs counted, and /stats shows the new results with the counts
+// of both tests.
+func TestRunTimeSelfTest(t *testing.T) {
+	var console bytes.Buffer
+	b := Board{
+		ENET: func(cfg fec.Config) (*fec.NIC, error) {
+			r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.OnTxDone = cfg.OnTxDone }})
+			return r.NIC, nil
+		},
+		Nanotime: func() int64 { return time.Now().UnixNano() },
+		Idle:     func() int64 { return 0 },
+	}
+	r, err := start(b, Settings{Mode: "tso"}, time.Now(), static, &console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := r.ctl.(app.SelfTester)
+	if !ok {
+		t.Fatalf("controls %T: no run-time self-test", r.ctl)
+	}
+	boot := r.ctl.Stats().(map[string]any)["selftest"].(SelfTestReport)
+	got, err := st.SelfTest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := got.(SelfTestReport)
+	if rep.Runs != 2 || rep.FailedRuns != 0 || rep.Failures != 0 || len(rep.Results) != 3 || rep.Counts.TxFrames <= boot.Counts.TxFrames {
+		t.Errorf("report after the run-time test %+v (at boot %+v)", rep, boot)
+	}
+	for _, m := range []string{"bounce", "sg", "tso"} {
+		if !strings.Contains(console.String(), "SELFTEST enet (run time) mode="+m+" ") {
+			t.Errorf("no run-time SELFTEST line for %s:\n%s", m, console.String())
+		}
+	}
+	if s := r.ctl.Stats().(map[string]any)["selftest"].(SelfTestReport); s.Runs != 2 {
+		t.Errorf("/stats selftest %+v", s)
+	}
+}
