@@ -101,10 +101,11 @@ func main() {
 	cacheCmd := flag.String("cache-command", "go run ./qemu/cmd/tamanic-cost -cache -json FILE", "with -cache-report: the command that produced the runs, printed with the table")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
 	rr := flag.Bool("rr", false, "also run request/response (TCP_RR, UDP_RR against the TCP and UDP echo: rr.go) on the ENET of each boot, the baseline's too, and the copybreak sweep on the icount boot")
-	flag.DurationVar(&rrTime, "rr-time", 2*time.Second, "length of each request/response run (with -rr or -rr-only)")
+	flag.DurationVar(&rrTime, "rr-time", time.Second, "length of each request/response run (with -rr or -rr-only)")
+	rrProf := flag.Bool("rr-profile", false, "only profile a TCP_RR and a UDP_RR run (icount with sleep=on, PC sampled through the gdbstub) for -rr-time each")
 	rrOnly := flag.Bool("rr-only", false, "only build, boot and run the request/response rows (with the baseline's unless -baseline=false), writing rr.md and rr.json")
 	flag.Parse()
-	if !*rr && !*rrOnly {
+	if !*rr && !*rrOnly && !*rrProf {
 		rrTime = 0
 	}
 	rrCommand := "go run ./qemu/cmd/tamanic-bench " + strings.Join(os.Args[1:], " ")
@@ -141,6 +142,12 @@ func main() {
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
 	prog = newProgress(os.Stderr, board, *runs, time.Now)
+	if *rrProf {
+		if err := rrProfile(ctx, root, *out, rrTime); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if *rrOnly {
 		if err := runRROnly(ctx, root, *out, rrTime, *withBaseline, rrCommand); err != nil {
 			fail(err)
