@@ -49,9 +49,10 @@ const (
 	// throwaway test beside TestTimeWaitBounded).
 	timeWaitSize = 12 << 10
 	// fixedBuffers are the services' own buffers: the echo's and
-	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern and
-	// an iperf3 test's payload block (1 MiB at most, -l).
-	fixedBuffers = 3*64<<10 + 1<<20
+	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern, an
+	// iperf3 test's payload block (1 MiB at most, -l) and the two
+	// echoes' busy-time histograms (busyhist.go).
+	fixedBuffers = 3*64<<10 + 1<<20 + 2*busyBuckets*4
 	// MemoryBudget is the budget the default limits must fit in: 176
 	// MiB, 37% of the EVK's 480 MiB heap, leaving the rest to the
 	// drivers' rings and the stack's own state (it was 128 MiB until the
