@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -202,7 +203,7 @@ func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
 		var s map[string]any
 		err := retry(3, time.Second, func() error {
 			var err error
-			s, err = m.Stats()
+			s, err = rrStats(m)
 			return err
 		})
 		return s, err
@@ -286,6 +287,29 @@ func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
 		r.Firmware, r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
 		r.BusyPerTxn, r.BusyP50Ns, r.BusyP99Ns, r.IRQNs, r.RxNs, r.TxNs, r.IRQs, r.RxPasses, r.Lost, r.RateLimited)
 	return r, nil
+}
+
+// rrHTTP reads /stats for the request/response runs over one kept-alive
+// connection, which the client gives up after 10 s idle (the firmware's
+// HTTP idle timeout is 30 s, so it is never the firmware that closes it).
+// qemu.Ports.Stats opens a connection a reading, and the firmware closes
+// each: every reading left an endpoint in TIME-WAIT for a minute, whose
+// runtime timer made every later transaction dearer (about 500 guest
+// instructions each: the Go runtime's timer heap is scanned whole when a
+// modified timer comes due, timers.adjust), and the runs' cost drifted
+// up by 1 k instructions a run.
+var rrHTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: 10 * time.Second}}
+
+// rrStats fetches /stats through rrHTTP (GET, which Go's client retries
+// on a kept-alive connection found closed).
+func rrStats(m *qemu.Ports) (map[string]any, error) {
+	r, err := rrHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	var s map[string]any
+	return s, json.NewDecoder(r.Body).Decode(&s)
 }
 
 // tcpTxn returns a transaction on c: size bytes out, the same back.
