@@ -164,11 +164,12 @@ func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duratio
 		}
 	}
 	if sweep && firmware == "tamanic" {
-		// Up the copybreaks and back down: a transaction's cost drifts
-		// up by several percent over a minute of runs (and back after an
-		// idle minute; the cause is not isolated), which one pass would
-		// read as a cost of the larger copybreaks. The report averages
-		// the two passes.
+		// Up the copybreaks and back down: a transaction's cost drifted
+		// up over a minute of runs (each runtime timer pending in the
+		// guest, a TIME-WAIT endpoint's or a closed connection's
+		// deadline, made every wake-up dearer: rrHTTP), which one pass
+		// would read as a cost of the larger copybreaks. The report
+		// averages the two passes, in case some drift remains.
 		order := append(append([]int{}, rrCopybreaks...), rrCopybreaks...)
 		for i, j := len(rrCopybreaks), len(order)-1; i < j; i, j = i+1, j-1 {
 			order[i], order[j] = order[j], order[i]
