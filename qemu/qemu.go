@@ -206,9 +206,12 @@ type Ports struct {
 	Dial func(ctx context.Context, port int) (net.Conn, error)
 }
 
+// hostfwd forwards p's ports to guest; EchoPort for UDP and TCP alike
+// (the UDP echo and the TCP echo, app.EchoPort; freePorts found the
+// number free for TCP).
 func (p Ports) hostfwd(guest string) string {
-	f := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=udp:127.0.0.1:%d-%s:%d",
-		p.SinkPort, guest, app.SinkPort, p.SourcePort, guest, app.SourcePort, p.HTTPPort, guest, app.HTTPPort, p.EchoPort, guest, app.EchoPort)
+	f := fmt.Sprintf("hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=udp:127.0.0.1:%d-%s:%d,hostfwd=tcp:127.0.0.1:%d-%s:%d",
+		p.SinkPort, guest, app.SinkPort, p.SourcePort, guest, app.SourcePort, p.HTTPPort, guest, app.HTTPPort, p.EchoPort, guest, app.EchoPort, p.EchoPort, guest, app.EchoPort)
 	if p.IperfPort != 0 {
 		f += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-%s:%d,hostfwd=udp:127.0.0.1:%d-%s:%d", p.IperfPort, guest, app.IperfPort, p.IperfPort, guest, app.IperfPort)
 	}

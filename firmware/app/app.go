@@ -9,6 +9,8 @@
 //     as fast as possible, then close once the peer closes;
 //   - UDP 7: echo (not to the ports of other datagram services, and
 //     rate-limited per peer: echo.go);
+//   - TCP 7: echo (RFC 862), bounded in places, time and buffers
+//     (echotcp.go);
 //   - HTTP 80: GET /stats (JSON), POST /mode?tx=bounce|sg|tso&copybreak=N,
 //     POST /gc (a full garbage collection, then the runtime statistics),
 //     GET / (a small status page). POST /mode and POST /gc need the header
@@ -16,7 +18,7 @@
 //     image built without one refuses them (403);
 //   - TCP and UDP 5201: an iperf3 server.
 //
-// Sink, source and HTTP are bounded (Limits, limits.go): connections per
+// Sink, source, HTTP and the TCP echo are bounded (Limits, limits.go): connections per
 // service, shared between peers (places.go), an idle timeout, the
 // source's request line, and net/http's request timeouts and header size;
 // with the TCP buffers and iperf3's bounds they fit a stated memory budget
@@ -155,13 +157,18 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
+	techo, err := s.listenTCPBuf(EchoPort, echoBufferSize, echoBufferSize)
+	if err != nil {
+		return err
+	}
 	if _, err := s.StartIperf3(); err != nil {
 		return err
 	}
 	s.initServices()
 	go s.svc.sink.serve(sink, s.serveSink)
 	go s.svc.source.serve(src, s.serveSource)
-	go s.svc.echo.run(udp)
+	go s.svc.echo.run(udp, s.Ctl)
+	go s.svc.tcpEcho.serve(techo, s.serveTCPEcho)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("POST /mode", s.mode)

@@ -49,9 +49,10 @@ const (
 	// throwaway test beside TestTimeWaitBounded).
 	timeWaitSize = 12 << 10
 	// fixedBuffers are the services' own buffers: the echo's and
-	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern and
-	// an iperf3 test's payload block (1 MiB at most, -l).
-	fixedBuffers = 3*64<<10 + 1<<20
+	// iperf3's 64 KiB datagram buffers, the source's 64 KiB pattern, an
+	// iperf3 test's payload block (1 MiB at most, -l) and the two
+	// echoes' busy-time histograms (busyhist.go).
+	fixedBuffers = 3*64<<10 + 1<<20 + 2*busyBuckets*4
 	// MemoryBudget is the budget the default limits must fit in: 176
 	// MiB, 37% of the EVK's 480 MiB heap, leaving the rest to the
 	// drivers' rings and the stack's own state (it was 128 MiB until the
@@ -66,7 +67,7 @@ const (
 // ConnectX), so that the n sets together fit the budget one set of l
 // fits: every bound on places, lingering connections and TIME-WAIT
 // endpoints is divided by n, down to a floor that keeps each service
-// usable (4 sink, source and HTTP places, 4 iperf3 streams, 2 cookie
+// usable (4 sink, source and HTTP places, 2 TCP echo places, 4 iperf3 streams, 2 cookie
 // slots, 1 waiter, 4 orphans, 64 TIME-WAIT endpoints). Each server used
 // to take the full limits, three budgets on the i.MX7D.
 func (l Limits) Split(n int) Limits {
@@ -77,6 +78,7 @@ func (l Limits) Split(n int) Limits {
 	div := func(v *int, floor int) { *v = max(*v/n, floor) }
 	div(&l.MaxConns, 4)
 	div(&l.HTTPMaxConns, 4)
+	div(&l.EchoMaxConns, 2)
 	div(&l.IperfMaxStreams, 4)
 	div(&l.IperfMaxPending, 2)
 	div(&l.IperfMaxWaiters, 1)
@@ -86,12 +88,12 @@ func (l Limits) Split(n int) Limits {
 }
 
 // Places returns how many TCP connections the services may hold at once
-// under l: sink and source, HTTP, and iperf3's control connection, its
+// under l: sink and source, HTTP, the TCP echo, and iperf3's control connection, its
 // streams, the connections waiting for their cookie and those waiting
 // for a test to end.
 func (l Limits) Places() int {
 	l = l.withDefaults()
-	return 2*l.MaxConns + l.HTTPMaxConns + l.iperfPlaces()
+	return 2*l.MaxConns + l.HTTPMaxConns + l.EchoMaxConns + l.iperfPlaces()
 }
 
 func (l Limits) iperfPlaces() int {
@@ -113,6 +115,7 @@ func (l Limits) Budget() int64 {
 		int64(l.MaxConns)*source + // source
 		int64(l.HTTPMaxConns)*(conn+int64(l.MaxHeaderBytes)+8<<10) + // HTTP
 		int64(l.iperfPlaces())*(conn+128<<10) + // iperf3
+		int64(l.EchoMaxConns)*(2*echoBufferSize+connOverhead+echoReadSize) + // TCP echo
 		int64(l.MaxOrphans)*(TCPSendBufferSize+connOverhead) +
 		int64(l.MaxTimeWait)*timeWaitSize +
 		fixedBuffers

@@ -34,6 +34,8 @@ type EchoStats struct {
 	RefusedPort int64 `json:"refused_port"`
 	RateLimited int64 `json:"rate_limited"`
 	Peers       int64 `json:"peers"`
+	// Busy is the guest's busy time per answer (busyhist.go).
+	Busy BusyHistStats `json:"busy"`
 }
 
 // echoMaxPeers bounds the peers the echo service tracks: a token bucket
@@ -57,6 +59,7 @@ type echoService struct {
 	peers       map[netip.Addr]*bucket
 
 	answered, refusedPort, rateLimited, npeers atomic.Int64
+	busy                                       busyHist
 }
 
 func newEchoService(rate, burst int, now func() time.Time) *echoService {
@@ -71,7 +74,7 @@ func (e *echoService) stats() EchoStats {
 		return EchoStats{}
 	}
 	return EchoStats{Rate: int(e.rate), Burst: int(e.burst), Answered: e.answered.Load(), RefusedPort: e.refusedPort.Load(),
-		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load()}
+		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load(), Busy: e.busy.stats()}
 }
 
 // echoFrames is what a datagram of n payload bytes costs: the full-size
@@ -133,9 +136,11 @@ func (e *echoService) judge(from net.Addr, n int) bool {
 	return true
 }
 
-// run echoes every datagram c receives that judge allows.
-func (e *echoService) run(c *gonet.UDPConn) {
+// run echoes every datagram c receives that judge allows, recording the
+// busy time per answer from ctl's idle time.
+func (e *echoService) run(c *gonet.UDPConn, ctl Controls) {
 	buf := make([]byte, 1<<16)
+	rec := e.busy.recorder(ctl)
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
@@ -143,6 +148,7 @@ func (e *echoService) run(c *gonet.UDPConn) {
 		}
 		if e.judge(from, n) {
 			c.WriteTo(buf[:n], from)
+			rec.answered()
 		}
 	}
 }

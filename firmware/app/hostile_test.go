@@ -23,14 +23,16 @@ import (
 // sink clients, endless source lines, never-reading source clients asking
 // for a terabyte, pipelined HTTP requests whose answers are never read,
 // silent iperf3 connections filling the cookie slots, valid cookies
-// followed by junk, a UDP echo flood, and connection floods on every
-// port. Throughout, a second peer (10.0.0.2) is served by the sink, the
-// source, HTTP and the echo. The live heap after collection never grows
+// followed by junk, a UDP echo flood, never-reading and silent TCP echo
+// clients, and connection floods on every port. Throughout, a second
+// peer (10.0.0.2) is served by the sink, the source, HTTP and both
+// echoes. The live heap after collection never grows
 // past the limits' budget (Limits.Budget, the formula behind the
 // README's figure), with small limits so that the peer can fill every
 // place in seconds.
 func TestHostilePeerWithinBudget(t *testing.T) {
-	l := Limits{MaxConns: 4, HTTPMaxConns: 4, IperfMaxStreams: 4, IperfMaxPending: 4, IperfMaxWaiters: 2, EchoRate: 50, EchoBurst: 10}
+	l := Limits{MaxConns: 4, HTTPMaxConns: 4, IperfMaxStreams: 4, IperfMaxPending: 4, IperfMaxWaiters: 2, EchoRate: 50, EchoBurst: 10,
+		EchoMaxConns: 4}
 	r := newLimitsRig(t, l)
 	// The attacker's own stack is in this process too: small buffers, so
 	// that what it holds (at most 16 KiB a connection each way) stays out
@@ -43,8 +45,8 @@ func TestHostilePeerWithinBudget(t *testing.T) {
 
 	before := liveHeap()
 	// The attacker's buffers: the connections it holds open (at most a
-	// place each, and the 24 of its goroutines), 32 KiB each.
-	attacker := int64(l.Places()+24) * 32 << 10
+	// place each, and the 30 of its goroutines), 32 KiB each.
+	attacker := int64(l.Places()+30) * 32 << 10
 	limit := before + l.Budget() + attacker
 
 	stop := make(chan struct{})
@@ -112,6 +114,8 @@ func TestHostilePeerWithinBudget(t *testing.T) {
 		attack(HTTPPort, flood(pipelined)) // answers never read
 		attack(IperfPort, hold)            // silent: cookie slots
 		attack(IperfPort, flood(cookieAndJunk))
+		attack(EchoPort, flood(digits)) // TCP echo: sends, never reads
+		attack(EchoPort, hold)          // and silent
 	}
 	// UDP echo flood: bursts of 20 datagrams every 10 ms.
 	wg.Add(1)
@@ -149,6 +153,9 @@ func TestHostilePeerWithinBudget(t *testing.T) {
 		var st Stats
 		getJSON(t, r, "/stats", &st)
 		roundTrip(t, r.echoFrom(t, 0), []byte(fmt.Sprintf("round %d", round)))
+		c = r.dial(t, EchoPort)
+		tcpRoundTrip(t, c, []byte(fmt.Sprintf("round %d", round)))
+		c.Close()
 		h := liveHeap()
 		t.Logf("round %d: live heap +%.2f MiB (limit +%.2f MiB); sink %+v source %+v http %+v echo %+v", round,
 			float64(h-before)/(1<<20), float64(limit-before)/(1<<20), st.Limits.Sink, st.Limits.Source, st.Limits.HTTP, st.Limits.Echo)

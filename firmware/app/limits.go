@@ -44,6 +44,11 @@ type Limits struct {
 	// largest costs 45.
 	EchoRate  int
 	EchoBurst int
+	// EchoMaxConns bounds the TCP echo's concurrent connections (echotcp.go),
+	// and EchoLifetime how long one may last, however it moves bytes
+	// (IdleTimeout closes it sooner if it moves none).
+	EchoMaxConns int
+	EchoLifetime time.Duration
 	// IperfMaxStreams, IperfMaxPending and IperfMaxWaiters are the iperf3
 	// server's MaxStreams, MaxPending and MaxWaiters (iperf3.Config).
 	IperfMaxStreams, IperfMaxPending, IperfMaxWaiters int
@@ -76,6 +81,12 @@ var DefaultLimits = Limits{
 	// make the board reflect at 1.5 MB/s, whatever the datagrams' size.
 	EchoRate:  1000,
 	EchoBurst: 100,
+	// 4 request/response clients at once (a benchmark keeps one): 100 KiB
+	// each in the budget (budget.go), which two interfaces' halves of the
+	// other services leave little room for; 10 minutes is far longer
+	// than a benchmark's run and bounds a trickle's hold on a place.
+	EchoMaxConns: 4,
+	EchoLifetime: 10 * time.Minute,
 	// 32 streams (the reference client allows -P 128) and 8 connections
 	// waiting for their cookie keep iperf3's share of the memory budget
 	// (budget.go) at 35 MiB; 2 waiters are the next client and a spare.
@@ -110,6 +121,8 @@ func (l Limits) withDefaults() Limits {
 	pick(&l.MaxHeaderBytes, d.MaxHeaderBytes)
 	pick(&l.EchoRate, d.EchoRate)
 	pick(&l.EchoBurst, d.EchoBurst)
+	pick(&l.EchoMaxConns, d.EchoMaxConns)
+	pickD(&l.EchoLifetime, d.EchoLifetime)
 	pick(&l.IperfMaxStreams, d.IperfMaxStreams)
 	pick(&l.IperfMaxPending, d.IperfMaxPending)
 	pick(&l.IperfMaxWaiters, d.IperfMaxWaiters)
@@ -136,7 +149,7 @@ type service struct {
 	byPeer map[netip.Addr]int
 
 	active, accepted, refused, idleClosed, badRequests atomic.Int64
-	refusedPeer, evicted                               atomic.Int64
+	refusedPeer, evicted, expired                      atomic.Int64
 }
 
 // ServiceStats is one service's member of /stats "limits".
@@ -155,6 +168,9 @@ type ServiceStats struct {
 	RefusedPeer int64 `json:"refused_peer"`
 	Evicted     int64 `json:"evicted"`
 	IdleClosed  int64 `json:"idle_closed"`
+	// Expired were closed at the end of their lifetime (the TCP echo's
+	// Limits.EchoLifetime).
+	Expired int64 `json:"expired,omitempty"`
 	// BadRequests were refused for what the peer sent (the source's
 	// line: too long, too slow, not a length).
 	BadRequests int64 `json:"bad_requests"`
@@ -163,7 +179,7 @@ type ServiceStats struct {
 func (sv *service) stats() ServiceStats {
 	return ServiceStats{Max: sv.max, PeerMax: sv.peerMax(), Active: sv.active.Load(), Accepted: sv.accepted.Load(),
 		Refused: sv.refused.Load(), RefusedPeer: sv.refusedPeer.Load(), Evicted: sv.evicted.Load(),
-		IdleClosed: sv.idleClosed.Load(), BadRequests: sv.badRequests.Load()}
+		IdleClosed: sv.idleClosed.Load(), Expired: sv.expired.Load(), BadRequests: sv.badRequests.Load()}
 }
 
 // serve accepts on l until it fails, running handle for each connection
@@ -306,8 +322,12 @@ func releasedByConn(c net.Conn) bool {
 type services struct {
 	sink, source, http service
 	echo               *echoService
-	reapOnce           sync.Once
-	reap               *reaper
+	// tcpEcho is the TCP echo's places (echotcp.go); tcpEchoBusy its busy
+	// time per answer.
+	tcpEcho     service
+	tcpEchoBusy busyHist
+	reapOnce    sync.Once
+	reap        *reaper
 }
 
 func (s *Server) limits() Limits { return s.Limits.withDefaults() }
@@ -318,6 +338,8 @@ func (s *Server) initServices() {
 	s.svc.sink.max, s.svc.sink.idle = l.MaxConns, l.IdleTimeout
 	s.svc.source.max, s.svc.source.idle = l.MaxConns, l.IdleTimeout
 	s.svc.http.max = l.HTTPMaxConns
+	// The TCP echo keeps its own deadlines (idle and lifetime).
+	s.svc.tcpEcho.max = l.EchoMaxConns
 	s.svc.echo = newEchoService(l.EchoRate, l.EchoBurst, s.echoNow)
 }
 
@@ -340,13 +362,17 @@ type LimitStats struct {
 	Source ServiceStats `json:"source"`
 	HTTP   ServiceStats `json:"http"`
 	Echo   EchoStats    `json:"echo"`
+	// TCPEcho is the TCP echo's places; TCPEchoBusy its busy time per
+	// answer (busyhist.go).
+	TCPEcho     ServiceStats  `json:"tcp_echo"`
+	TCPEchoBusy BusyHistStats `json:"tcp_echo_busy"`
 	// Closing is what closed connections hold (closer.go).
 	Closing CloseStats `json:"closing"`
 }
 
 func (s *Server) limitStats() LimitStats {
 	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(),
-		Echo: s.svc.echo.stats(), Closing: s.closeStats()}
+		Echo: s.svc.echo.stats(), TCPEcho: s.svc.tcpEcho.stats(), TCPEchoBusy: s.svc.tcpEchoBusy.stats(), Closing: s.closeStats()}
 }
 
 // closeStats returns the reaper's counters.

@@ -100,7 +100,15 @@ func main() {
 	cacheOut := flag.String("cache-report", "", "write the cache model's estimate rows and sensitivity tables to this file from the tamanic-cost -cache -json files given as arguments, append them to the report.md beside it if there is one, and exit")
 	cacheCmd := flag.String("cache-command", "go run ./qemu/cmd/tamanic-cost -cache -json FILE", "with -cache-report: the command that produced the runs, printed with the table")
 	iperfTime := flag.Duration("iperf-time", 5*time.Second, "length of each iperf3 test on the plain boots, per mode and direction (0: none; skipped when the iperf3 client is not installed)")
+	rr := flag.Bool("rr", false, "also run request/response (TCP_RR, UDP_RR against the TCP and UDP echo: rr.go) on the ENET of each boot, the baseline's too, and the copybreak sweep on the icount boot")
+	flag.DurationVar(&rrTime, "rr-time", time.Second, "length of each request/response run (with -rr or -rr-only)")
+	rrProf := flag.Bool("rr-profile", false, "only profile a TCP_RR and a UDP_RR run (icount with sleep=on, PC sampled through the gdbstub) for -rr-time each")
+	rrOnly := flag.Bool("rr-only", false, "only build, boot and run the request/response rows (with the baseline's unless -baseline=false), writing rr.md and rr.json")
 	flag.Parse()
+	if !*rr && !*rrOnly && !*rrProf {
+		rrTime = 0
+	}
+	rrCommand := "go run ./qemu/cmd/tamanic-bench " + strings.Join(os.Args[1:], " ")
 	if *cmp != "" {
 		var rep strings.Builder
 		if err := compare(&rep, flag.Args()); err != nil {
@@ -134,6 +142,18 @@ func main() {
 	os.MkdirAll(*out, 0o755)
 	root, _ := filepath.Abs(".")
 	prog = newProgress(os.Stderr, board, *runs, time.Now)
+	if *rrProf {
+		if err := rrProfile(ctx, root, *out, rrTime); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *rrOnly {
+		if err := runRROnly(ctx, root, *out, rrTime, *withBaseline, rrCommand); err != nil {
+			fail(err)
+		}
+		return
+	}
 	if *teeOnly {
 		if err := runTEEOnly(ctx, root, *out, *size, *runs); err != nil {
 			fail(err)
@@ -279,6 +299,20 @@ func main() {
 		all = append(all, tr...)
 	}
 
+	if rrTime > 0 {
+		// Request/response in boots of its own (rr.go: icount with
+		// sleep=on), its own time budget; a failure is reported, not
+		// fatal.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer rcancel()
+		prog.note("request/response boots")
+		var err error
+		rrRuns, err = rrAll(rctx, root, *out, elf, *withBaseline)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tamanic-bench: request/response (its rows may be missing from the report):", err)
+		}
+	}
+
 	js, _ := json.MarshalIndent(all, "", "  ")
 	os.WriteFile(filepath.Join(*out, "results.json"), js, 0o644)
 	js, _ = json.MarshalIndent(ips, "", "  ")
@@ -288,6 +322,11 @@ func main() {
 	baselineReport(&rep, all, ips)
 	teeReport(&rep, all)
 	offloadReport(&rep, all)
+	if len(rrRuns) > 0 {
+		js, _ := json.MarshalIndent(rrRuns, "", "  ")
+		os.WriteFile(filepath.Join(*out, "rr.json"), js, 0o644)
+		rrReport(&rep, rrRuns, rrCommand)
+	}
 	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
 	stageTable(&rep, all)
 	if len(profs) > 0 {

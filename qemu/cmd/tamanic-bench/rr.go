@@ -1,0 +1,723 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tamanic/tamanic/qemu"
+)
+
+// Request/response (issue 33, item 2): netperf's TCP_RR and UDP_RR with
+// one transaction outstanding, against the firmware's TCP echo and UDP
+// echo (port 7, package firmware/app) through QEMU's user network. A
+// transaction is one request of Size bytes and its echo. Per run:
+//
+//   - transactions a second and the wall-time latency percentiles of
+//     each transaction, measured on the host (plain boot: the guest runs
+//     in real time);
+//   - the guest's busy time per transaction, the mean from /stats
+//     (uptime_ns less idle_ns over the run, divided by the transactions:
+//     "busy per MiB" per transaction) and its percentiles from the
+//     echo's own per-answer record (firmware/app/busyhist.go, 1 µs
+//     buckets). Under -icount shift=0 a nanosecond is an instruction;
+//     with one request outstanding and an interrupt-driven receive the
+//     guest's time from the request's arrival to its answer is at most
+//     this busy time;
+//   - the interrupts, receive passes and the firmware's stage times per
+//     transaction.
+//
+// The UDP echo is rate-limited per peer address (Limits.EchoRate, every
+// host connection arrives from QEMU's 10.0.0.2, whatever its port), so a
+// UDP run is paced to rrUDPShare of the limit the firmware reports; the
+// TCP echo has no rate limit.
+
+// RRRun is one request/response run.
+type RRRun struct {
+	Firmware  string `json:"firmware"` // tamanic or baseline
+	Boot      string `json:"boot"`     // plain or icount
+	Proto     string `json:"proto"`    // tcp or udp
+	Size      int    `json:"size"`     // request and response bytes
+	Mode      string `json:"mode"`
+	Copybreak int    `json:"copybreak"`
+	N         int    `json:"transactions"`
+	// Lost counts UDP requests with no answer within rrUDPTimeout
+	// (retried; not in N).
+	Lost   int     `json:"lost"`
+	WallNs int64   `json:"wall_ns"`
+	TPS    float64 `json:"transactions_per_s"`
+	// PaceNs is the least time between UDP requests (0: unpaced).
+	PaceNs int64 `json:"pace_ns,omitempty"`
+	// Wall-time latency percentiles (host).
+	P50Ns int64 `json:"wall_p50_ns"`
+	P99Ns int64 `json:"wall_p99_ns"`
+	// Guest busy time per transaction: mean (from /stats) and the
+	// percentiles of the echo's record.
+	BusyPerTxn float64 `json:"guest_busy_per_txn"`
+	// StatsBusyNs is what one /stats reading adds to the busy time
+	// between two readings (measured before the run, taken off
+	// BusyPerTxn's total).
+	StatsBusyNs int64 `json:"stats_busy_ns"`
+	BusyP50Ns   int64 `json:"guest_busy_p50_ns"`
+	BusyP99Ns   int64 `json:"guest_busy_p99_ns"`
+	// Per transaction: ENET interrupts, endpoint receive passes, time in
+	// the interrupt handler, the endpoint's receive and send stages.
+	IRQs     float64 `json:"irqs_per_txn"`
+	RxPasses float64 `json:"rx_passes_per_txn"`
+	IRQNs    float64 `json:"irq_ns_per_txn"`
+	RxNs     float64 `json:"endpoint_rx_ns_per_txn"`
+	TxNs     float64 `json:"endpoint_tx_ns_per_txn"`
+	// RateLimited is the UDP echo's rate_limited count over the run.
+	RateLimited int64 `json:"rate_limited"`
+	// Sweep marks the copybreak sweep's runs; Rep numbers a main row's
+	// runs (rrReps of each).
+	Sweep bool `json:"sweep,omitempty"`
+	Rep   int  `json:"rep"`
+}
+
+const (
+	// rrWarmup transactions precede each run's measurement (ARP, the
+	// connection, the echo's first answer, which its record only marks).
+	rrWarmup = 20
+	// rrUDPTimeout is how long a UDP request waits for its answer before
+	// it is counted lost and sent again (answers take under 10 ms at the
+	// 99th percentile; a late one is told apart by its bytes). A loss
+	// also halves the client's rate: under icount the guest's clock, by
+	// which the echo's limit refills, runs slower than the host's while
+	// the guest is busy.
+	rrUDPTimeout = 100 * time.Millisecond
+	// rrUDPShare is the share of the echo's per-peer rate a UDP run is
+	// paced to.
+	rrUDPShare = 0.9
+	// rrUDPBurst is the client's burst, a fifth of the echo's default
+	// (Limits.EchoBurst, 100).
+	rrUDPBurst = 20
+)
+
+// rrTime is the length of each request/response run (0: none: -rr is
+// off), and rrRuns the runs made so far (the baseline's included).
+var (
+	rrTime time.Duration
+	rrRuns []RRRun
+)
+
+// rrReps is how many runs of each main row a boot makes (the report
+// gives each figure's median): the plain boots' figures move by a
+// factor of two from run to run on a loaded host.
+const rrReps = 3
+
+// rrSizes are the request and response sizes of the main rows.
+var rrSizes = []int{1, 64}
+
+// rrCopybreaks and rrCopybreakSizes are the copybreak sweep's settings
+// (UDP_RR, icount boot): frames of 106, 298 and 1066 bytes (UDP payload
+// plus 42 bytes of headers) either side of each threshold.
+var (
+	rrCopybreaks     = []int{0, 128, 256, 512, 1024}
+	rrCopybreakSizes = []int{64, 256, 1024}
+)
+
+// rrPlan is how many runs rrBoot makes.
+func rrPlan(sweep bool) int {
+	n := rrReps * 2 * len(rrSizes)
+	if sweep {
+		n += 2 * len(rrCopybreaks) * len(rrCopybreakSizes)
+	}
+	return n
+}
+
+// rrBoot runs the request/response rows on one boot: TCP and UDP at each
+// of rrSizes in mode (copybreak cb), then, if sweep, UDP_RR over
+// rrCopybreaks and rrCopybreakSizes. setMode is nil for a firmware that
+// has one mode (the baseline). The mode is left at (mode, cb).
+func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duration, sweep bool) ([]RRRun, error) {
+	var out []RRRun
+	set := func(c int) error {
+		if firmware != "tamanic" {
+			return nil
+		}
+		return m.SetMode(mode, c)
+	}
+	if err := set(cb); err != nil {
+		return nil, err
+	}
+	for i := 0; i < rrReps; i++ {
+		for _, proto := range []string{"tcp", "udp"} {
+			for _, size := range rrSizes {
+				r, err := rrRun(m, RRRun{Firmware: firmware, Boot: boot, Proto: proto, Size: size, Mode: mode, Copybreak: cb, Rep: i}, dur)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	if sweep && firmware == "tamanic" {
+		// Up the copybreaks and back down: a transaction's cost drifted
+		// up over a minute of runs (each runtime timer pending in the
+		// guest, a TIME-WAIT endpoint's or a closed connection's
+		// deadline, made every wake-up dearer: rrHTTP), which one pass
+		// would read as a cost of the larger copybreaks. The report
+		// averages the two passes, in case some drift remains.
+		order := append(append([]int{}, rrCopybreaks...), rrCopybreaks...)
+		for i, j := len(rrCopybreaks), len(order)-1; i < j; i, j = i+1, j-1 {
+			order[i], order[j] = order[j], order[i]
+		}
+		for pass, c := range order {
+			if err := set(c); err != nil {
+				return out, err
+			}
+			for _, size := range rrCopybreakSizes {
+				r, err := rrRun(m, RRRun{Firmware: firmware, Boot: boot, Proto: "udp", Size: size, Mode: mode, Copybreak: c, Sweep: true, Rep: pass / len(rrCopybreaks)}, dur)
+				if err != nil {
+					return out, err
+				}
+				out = append(out, r)
+			}
+		}
+		if err := set(cb); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// rrRun runs transactions of r.Size bytes over r.Proto for dur and fills
+// r's figures.
+func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
+	prog.note(fmt.Sprintf("%s %s %s_RR %d bytes, copybreak %s", r.Firmware, r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak)))
+	// /stats is tried again on a failure: a request right after READY,
+	// or after a burst, has once been answered with a closed connection
+	// (retry in baseline.go).
+	stats := func() (map[string]any, error) {
+		var s map[string]any
+		err := retry(3, time.Second, func() error {
+			var err error
+			s, err = rrStats(m)
+			return err
+		})
+		return s, err
+	}
+	s0, err := stats()
+	if err != nil {
+		return r, err
+	}
+	var txn func(seq int) (time.Duration, error)
+	var lost *int
+	hist := []string{"limits", "tcp_echo_busy", "counts"}
+	switch r.Proto {
+	case "tcp":
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort), 10*time.Second)
+		if err != nil {
+			return r, fmt.Errorf("TCP echo: %w", err)
+		}
+		defer c.Close()
+		txn = tcpTxn(c, r.Size)
+	default:
+		c, err := net.Dial("udp", fmt.Sprintf("127.0.0.1:%d", m.EchoPort))
+		if err != nil {
+			return r, fmt.Errorf("UDP echo: %w", err)
+		}
+		defer c.Close()
+		if rate := num(s0, "limits", "echo", "rate"); rate > 0 {
+			r.PaceNs = int64(float64(time.Second) / (rrUDPShare * rate))
+		}
+		lost = &r.Lost
+		txn = udpTxn(c, r.Size, time.Duration(r.PaceNs), lost)
+		hist = []string{"limits", "echo", "busy", "counts"}
+	}
+	for i := range rrWarmup {
+		if _, err := txn(i); err != nil {
+			return r, fmt.Errorf("%s_RR warm-up: %w", r.Proto, err)
+		}
+	}
+	r.Lost = 0
+	// Two readings with no transaction between: what a reading itself
+	// adds to the busy time between two (the first's work after it took
+	// uptime_ns, the second's before: the encoding, the runtime's
+	// statistics, HTTP; /stats costs millions of instructions) is then
+	// taken off the run's.
+	sa, err := stats()
+	if err != nil {
+		return r, err
+	}
+	s0, err = stats()
+	if err != nil {
+		return r, err
+	}
+	busy := func(s map[string]any) float64 { return num(s, "uptime_ns") - num(s, "idle_ns") }
+	r.StatsBusyNs = int64(busy(s0) - busy(sa))
+	var lat []time.Duration
+	start := time.Now()
+	for seq := rrWarmup; time.Since(start) < dur; seq++ {
+		d, err := txn(seq)
+		if err != nil {
+			return r, fmt.Errorf("%s_RR transaction %d: %w", r.Proto, len(lat), err)
+		}
+		lat = append(lat, d)
+	}
+	r.WallNs = int64(time.Since(start))
+	s1, err := stats()
+	if err != nil {
+		return r, err
+	}
+	d := func(path ...string) float64 { return num(s1, path...) - num(s0, path...) }
+	n := float64(len(lat))
+	r.N = len(lat)
+	r.TPS = n / (float64(r.WallNs) / 1e9)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	r.P50Ns, r.P99Ns = int64(lat[len(lat)/2]), int64(lat[min(len(lat)-1, len(lat)*99/100)])
+	r.BusyPerTxn = (d("uptime_ns") - d("idle_ns") - float64(r.StatsBusyNs)) / n
+	r.BusyP50Ns, r.BusyP99Ns = histPercentiles(counts(s0, hist), counts(s1, hist))
+	r.IRQs, r.IRQNs = d("nic", "irqs")/n, d("nic", "irq_ns")/n
+	r.RxPasses = d("nic", "endpoint", "RxBatches") / n
+	r.RxNs, r.TxNs = d("nic", "endpoint", "RxNs")/n, d("nic", "endpoint", "TxNs")/n
+	r.RateLimited = int64(d("limits", "echo", "rate_limited"))
+	fmt.Printf("rr %-8s %-6s %s_RR %4d B copybreak=%-4s: %7.0f trans/s, wall p50 %s p99 %s, guest busy %.0f ns/trans (p50 %d p99 %d; irq %.0f, rx %.0f, tx %.0f), %.2f irqs/trans, %.2f rx passes/trans, lost %d, rate-limited %d\n",
+		r.Firmware, r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
+		r.BusyPerTxn, r.BusyP50Ns, r.BusyP99Ns, r.IRQNs, r.RxNs, r.TxNs, r.IRQs, r.RxPasses, r.Lost, r.RateLimited)
+	return r, nil
+}
+
+// rrHTTP reads /stats for the request/response runs over one kept-alive
+// connection, which the client gives up after 10 s idle (the firmware's
+// HTTP idle timeout is 30 s, so it is never the firmware that closes it).
+// qemu.Ports.Stats opens a connection a reading, and the firmware closes
+// each: every reading left an endpoint in TIME-WAIT for a minute, whose
+// runtime timer made every later transaction dearer (about 500 guest
+// instructions each: the Go runtime's timer heap is scanned whole when a
+// modified timer comes due, timers.adjust), and the runs' cost drifted
+// up by 1 k instructions a run.
+var rrHTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: 10 * time.Second}}
+
+// rrStats fetches /stats through rrHTTP (GET, which Go's client retries
+// on a kept-alive connection found closed).
+func rrStats(m *qemu.Ports) (map[string]any, error) {
+	r, err := rrHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	var s map[string]any
+	return s, json.NewDecoder(r.Body).Decode(&s)
+}
+
+// tcpTxn returns a transaction on c: size bytes out, the same back.
+func tcpTxn(c net.Conn, size int) func(int) (time.Duration, error) {
+	req, resp := make([]byte, size), make([]byte, size)
+	return func(seq int) (time.Duration, error) {
+		for i := range req {
+			req[i] = byte(seq + i)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		t0 := time.Now()
+		if _, err := c.Write(req); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, resp); err != nil {
+			return 0, err
+		}
+		d := time.Since(t0)
+		if !bytes.Equal(req, resp) {
+			return 0, errors.New("TCP echo answered other bytes")
+		}
+		return d, nil
+	}
+}
+
+// udpTxn returns a transaction on c: a datagram of size bytes out (its
+// bytes numbered by seq, so a late answer to an earlier request is told
+// apart and skipped), its echo back; a request unanswered within
+// rrUDPTimeout counts in lost and is sent again (the latency is the
+// answered try's). Requests start at least pace apart.
+func udpTxn(c net.Conn, size int, pace time.Duration, lost *int) func(int) (time.Duration, error) {
+	req, resp := make([]byte, size), make([]byte, 2048)
+	// A token bucket like the echo's own (a token every pace, rrUDPBurst
+	// at most), so that the client sleeps only when it runs ahead of the
+	// limit, not before every request (a sleep of a fraction of a
+	// millisecond costs the host a millisecond or more).
+	tokens, last := float64(rrUDPBurst), time.Now()
+	return func(seq int) (time.Duration, error) {
+		for i := range req {
+			req[i] = byte(seq + i)
+		}
+		for try := 0; try < 10; try++ {
+			if pace > 0 {
+				now := time.Now()
+				tokens = min(rrUDPBurst, tokens+float64(now.Sub(last))/float64(pace))
+				last = now
+				if tokens < 1 {
+					time.Sleep(time.Duration((1 - tokens) * float64(pace)))
+					now = time.Now()
+					tokens += float64(now.Sub(last)) / float64(pace)
+					last = now
+				}
+				tokens--
+			}
+			t0 := time.Now()
+			if _, err := c.Write(req); err != nil {
+				return 0, err
+			}
+			c.SetReadDeadline(t0.Add(rrUDPTimeout))
+			for {
+				k, err := c.Read(resp)
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					*lost++
+					if pace > 0 {
+						pace *= 2
+					}
+					break
+				}
+				if err != nil {
+					return 0, err
+				}
+				if bytes.Equal(resp[:k], req) {
+					return time.Since(t0), nil
+				}
+			}
+		}
+		return 0, errors.New("10 requests in a row unanswered")
+	}
+}
+
+// counts returns the histogram at path in a /stats document: bucket
+// index to count.
+func counts(s map[string]any, path []string) map[int]float64 {
+	var v any = s
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	m, _ := v.(map[string]any)
+	out := map[int]float64{}
+	for k, c := range m {
+		i, err := strconv.Atoi(k)
+		f, _ := c.(float64)
+		if err == nil {
+			out[i] = f
+		}
+	}
+	return out
+}
+
+// histPercentiles returns the 50th and 99th percentiles of the samples
+// added between two readings of a busy histogram (1 µs buckets: each
+// percentile is its bucket's middle), 0 when there are none.
+func histPercentiles(h0, h1 map[int]float64) (p50, p99 int64) {
+	var idx []int
+	total := 0.0
+	for i, c := range h1 {
+		if c-h0[i] > 0 {
+			idx = append(idx, i)
+			total += c - h0[i]
+		}
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	sort.Ints(idx)
+	at := func(q float64) int64 {
+		acc := 0.0
+		for _, i := range idx {
+			acc += h1[i] - h0[i]
+			if acc >= q*total {
+				return int64(i)*1000 + 500
+			}
+		}
+		return int64(idx[len(idx)-1])*1000 + 500
+	}
+	return at(0.5), at(0.99)
+}
+
+// rrReport writes the request/response tables: the main rows (both
+// firmwares, both boots) and the copybreak sweep, with the command.
+func rrReport(w io.Writer, rs []RRRun, command string) {
+	if len(rs) == 0 {
+		return
+	}
+	type k struct {
+		fw, proto string
+		size      int
+	}
+	get := func(fw, boot, proto string, size int) RRRun {
+		var m []RRRun
+		for _, r := range rs {
+			if !r.Sweep && r.Firmware == fw && r.Boot == boot && r.Proto == proto && r.Size == size {
+				m = append(m, r)
+			}
+		}
+		return medianRR(m)
+	}
+	fmt.Fprintf(w, "\n### Request/response (TCP_RR, UDP_RR: one transaction outstanding, QEMU user network)\n\n`%s`\n\n", command)
+	fmt.Fprintf(w, "Medians of %d runs (lost and rate-limited: sums). Transactions/s and wall latency on the plain boot (host-measured); guest busy per transaction on the icount boot (instructions: the mean is /stats busy time over the run, p50/p99 the echo's per-answer record, 1 µs buckets), with its stages and interrupts per transaction. UDP runs are paced to 90%% of the echo's per-peer limit (every host connection reaches the guest from 10.0.0.2). Under icount the echo (guest) clock runs slower than the host's while the guest is busy, so its limit can still bind: a loss halves the client's rate.\n", rrReps)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| firmware | test | bytes | trans/s (plain) | wall p50 | wall p99 | guest instr/trans (icount, mean) | p50 | p99 | IRQ handler | endpoint RX | endpoint TX | IRQs/trans | RX passes/trans | icount wall p50 / p99 | lost | rate-limited |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	seen := map[k]bool{}
+	for _, r := range rs {
+		key := k{r.Firmware, r.Proto, r.Size}
+		if seen[key] || r.Sweep {
+			continue
+		}
+		seen[key] = true
+		p, ic := get(r.Firmware, "plain", r.Proto, r.Size), get(r.Firmware, "icount", r.Proto, r.Size)
+		fw := r.Firmware
+		if fw == "baseline" {
+			fw = "baseline (TamaGo's ENET driver)"
+		}
+		fmt.Fprintf(w, "| %s | %s_RR | %d | %.0f | %s | %s | %.0f k | %s | %s | %.1f k | %.1f k | %.1f k | %.2f | %.2f | %s / %s | %d | %d |\n",
+			fw, strings.ToUpper(r.Proto), r.Size, p.TPS, us(p.P50Ns), us(p.P99Ns), ic.BusyPerTxn/1e3, kinstr(ic.BusyP50Ns), kinstr(ic.BusyP99Ns),
+			ic.IRQNs/1e3, ic.RxNs/1e3, ic.TxNs/1e3, ic.IRQs, ic.RxPasses, us(ic.P50Ns), us(ic.P99Ns), p.Lost+ic.Lost, p.RateLimited+ic.RateLimited)
+	}
+	// The receive wake-up: with interrupts, every receive pass is started
+	// by one (passes per transaction at most the interrupts); a poll
+	// would show passes without interrupts and latencies spread up to
+	// its period.
+	if ic := get("tamanic", "icount", "udp", 64); ic.N > 0 {
+		fmt.Fprintf(w, "\nReceive wake-up (tamanic, UDP_RR 64 B, icount): %.2f receive passes and %.2f ENET interrupts per transaction, %.1f k instructions in the interrupt handler; guest busy p50 %s, p99 %s per transaction. A pass that no interrupt started (a poll) would show as more passes than interrupts.\n",
+			ic.RxPasses, ic.IRQs, ic.IRQNs/1e3, kinstr(ic.BusyP50Ns), kinstr(ic.BusyP99Ns))
+	}
+	var sweep []RRRun
+	for _, r := range rs {
+		if r.Sweep {
+			sweep = append(sweep, r)
+		}
+	}
+	if len(sweep) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n#### UDP_RR across the RX copybreak (icount boot: guest instructions per transaction, mean and p50, averaged over a pass up the copybreaks and one back down)")
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "| copybreak |")
+	for _, s := range rrCopybreakSizes {
+		fmt.Fprintf(w, " %d B (frame %d) |", s, s+42)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range rrCopybreakSizes {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w)
+	for _, cb := range rrCopybreaks {
+		fmt.Fprintf(w, "| %d |", cb)
+		for _, s := range rrCopybreakSizes {
+			cell := "n/a"
+			var mean, p50 float64
+			k := 0
+			for _, r := range sweep {
+				if r.Copybreak == cb && r.Size == s {
+					mean, p50, k = mean+r.BusyPerTxn, p50+float64(r.BusyP50Ns), k+1
+				}
+			}
+			if k > 0 {
+				cell = fmt.Sprintf("%.1f k (p50 %s)", mean/float64(k)/1e3, kinstr(int64(p50/float64(k))))
+			}
+			fmt.Fprintf(w, " %s |", cell)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// medianRR returns a run whose every figure is the median of rs's, and
+// whose lost and rate-limited counts are their sums.
+func medianRR(rs []RRRun) RRRun {
+	if len(rs) == 0 {
+		return RRRun{}
+	}
+	r := rs[0]
+	f := func(g func(RRRun) float64) float64 {
+		var v []float64
+		for _, x := range rs {
+			v = append(v, g(x))
+		}
+		return median(v)
+	}
+	i := func(g func(RRRun) int64) int64 { return int64(f(func(x RRRun) float64 { return float64(g(x)) })) }
+	r.TPS = f(func(x RRRun) float64 { return x.TPS })
+	r.P50Ns, r.P99Ns = i(func(x RRRun) int64 { return x.P50Ns }), i(func(x RRRun) int64 { return x.P99Ns })
+	r.BusyPerTxn = f(func(x RRRun) float64 { return x.BusyPerTxn })
+	r.BusyP50Ns, r.BusyP99Ns = i(func(x RRRun) int64 { return x.BusyP50Ns }), i(func(x RRRun) int64 { return x.BusyP99Ns })
+	r.IRQs, r.RxPasses = f(func(x RRRun) float64 { return x.IRQs }), f(func(x RRRun) float64 { return x.RxPasses })
+	r.IRQNs, r.RxNs, r.TxNs = f(func(x RRRun) float64 { return x.IRQNs }), f(func(x RRRun) float64 { return x.RxNs }), f(func(x RRRun) float64 { return x.TxNs })
+	r.Lost, r.RateLimited = 0, 0
+	for _, x := range rs {
+		r.Lost += x.Lost
+		r.RateLimited += x.RateLimited
+	}
+	return r
+}
+
+// us formats ns in microseconds, or "n/a".
+func us(ns int64) string {
+	if ns <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f µs", float64(ns)/1e3)
+}
+
+// kinstr formats a busy percentile (ns, instructions under icount) in
+// thousands, or "n/a".
+func kinstr(ns int64) string {
+	if ns <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f k", float64(ns)/1e3)
+}
+
+// runRROnly builds the firmware, runs rrAll and writes rr.md and rr.json
+// in out, appending the tables to the report.md beside them if there is
+// one.
+func runRROnly(ctx context.Context, root, out string, dur time.Duration, baseline bool, command string) error {
+	prog.note("building the firmware")
+	elf, err := qemu.Build(ctx, root, out, board)
+	if err != nil {
+		return err
+	}
+	rs, err := rrAll(ctx, root, out, elf, baseline)
+	if werr := writeRR(out, rs, command); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// rrAll boots elf plain and under icount (sleep=on) and runs the
+// request/response rows on each, the copybreak sweep on the icount boot;
+// with baseline (mx6ullevk only), the baseline firmware's rows too.
+func rrAll(ctx context.Context, root, out, elf string, baseline bool) ([]RRRun, error) {
+	var all []RRRun
+	for _, boot := range []string{"plain", "icount"} {
+		rs, err := rrMachine(ctx, elf, "tamanic", boot)
+		all = append(all, rs...)
+		if err != nil {
+			return all, err
+		}
+	}
+	if baseline && board == "mx6ullevk" {
+		belf, err := buildBaseline(ctx, root, out, board)
+		if err != nil {
+			return all, err
+		}
+		for _, boot := range []string{"plain", "icount"} {
+			rs, err := rrMachine(ctx, belf, "baseline", boot)
+			all = append(all, rs...)
+			if err != nil {
+				return all, err
+			}
+		}
+	}
+	return all, nil
+}
+
+// rrMachine boots elf and runs rrBoot on it (the sweep on tamanic's
+// icount boot).
+func rrMachine(ctx context.Context, elf, firmware, boot string) ([]RRRun, error) {
+	prog.note(fmt.Sprintf("booting %s %s", firmware, boot))
+	o := qemu.Options{ELF: elf, Board: board}
+	if boot == "icount" {
+		// sleep=on, not the bulk boots' sleep=off: with sleep=off the
+		// guest's clock jumps to its next timer whenever it waits for
+		// the host, which request/response does after every answer, so
+		// the guest's timers (TCP's retransmission, the echo's idle
+		// deadline, the PHY watch) fire hundreds of times faster than
+		// in real time, add their work to each transaction and close
+		// the TCP echo's connection as idle within a second of wall
+		// time. With sleep=on an idle guest's clock follows the host's,
+		// and a running guest's still counts one nanosecond per
+		// instruction.
+		o.Args = []string{"-icount", "shift=0,sleep=on"}
+	}
+	m, err := qemu.Boot(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Stop()
+	fmt.Printf("# %s %s boot: %s\n# %s\n", firmware, boot, m.Ready, m.CommandLine())
+	mode := "tso"
+	if firmware != "tamanic" {
+		mode = BaselineMode
+	}
+	rs, err := rrBoot(&m.Ports, firmware, boot, mode, 512, rrTime, firmware == "tamanic" && boot == "icount")
+	if err != nil {
+		return rs, fmt.Errorf("%s %s: %w\n%s", firmware, boot, err, m.Console())
+	}
+	return rs, nil
+}
+
+// writeRR writes the runs as rr.json and their tables as rr.md in out,
+// and appends the tables to out's report.md if there is one.
+func writeRR(out string, rs []RRRun, command string) error {
+	js, _ := json.MarshalIndent(rs, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "rr.json"), js, 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	rrReport(&b, rs, command)
+	fmt.Print(b.String())
+	if err := os.WriteFile(filepath.Join(out, "rr.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	rep := filepath.Join(out, "report.md")
+	if _, err := os.Stat(rep); err != nil {
+		return nil
+	}
+	f, err := os.OpenFile(rep, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.WriteString(f, b.String())
+	return err
+}
+
+// rrProfile boots the firmware under icount (sleep=on) with QEMU's
+// gdbstub and samples the guest's program counter every millisecond over
+// a TCP_RR and a UDP_RR run of 64 bytes (-rr-profile): where a
+// transaction's busy instructions go.
+func rrProfile(ctx context.Context, root, out string, dur time.Duration) error {
+	elf, err := qemu.Build(ctx, root, out, board)
+	if err != nil {
+		return err
+	}
+	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: board, GDB: true, Args: []string{"-icount", "shift=0,sleep=on"}})
+	if err != nil {
+		return err
+	}
+	defer m.Stop()
+	fmt.Printf("# profile boot: %s\n# %s\n", m.Ready, m.CommandLine())
+	for _, proto := range []string{"tcp", "udp"} {
+		pr, err := m.StartProfile(elf, idleFunc, time.Millisecond)
+		if err != nil {
+			return err
+		}
+		r, rerr := rrRun(&m.Ports, RRRun{Firmware: "tamanic", Boot: "icount+gdb", Proto: proto, Size: 64, Mode: "tso", Copybreak: 512}, dur)
+		p, perr := pr.Stop()
+		if rerr != nil {
+			return rerr
+		}
+		if perr != nil {
+			return perr
+		}
+		fmt.Printf("\n#### %s_RR 64 B: %.0f busy instructions/transaction, %d samples (%d idle)\n\n", strings.ToUpper(proto), r.BusyPerTxn, p.Samples, p.Idle)
+		for _, s := range p.ByStage() {
+			fmt.Printf("- stage %s: %.1f%%\n", s.Name, 100*s.Fraction)
+		}
+		for _, s := range p.Top(20) {
+			fmt.Printf("- %.1f%% `%s`\n", 100*s.Fraction, s.Name)
+		}
+	}
+	return nil
+}
