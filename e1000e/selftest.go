@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tamanic/tamanic/internal/loopframe"
 	"github.com/tamanic/tamanic/internal/pkt"
 	"github.com/tamanic/tamanic/tso"
 )
@@ -210,7 +211,7 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 			return false
 		}
 		switch d := f.Bytes(); {
-		case !selfTestFrame(d, n.mac):
+		case !loopframe.Is(d, n.mac):
 			// Not the test's: from the wire (a MAC not looping back
 			// receives it), ignored and counted.
 			res.Foreign++
@@ -302,60 +303,18 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 	return res
 }
 
-// stFrame is a frame the self-test expects back.
-type stFrame struct {
-	want []byte // as it must come back (checksums computed in software)
-	desc string // its fragments' lengths and word offsets
-	bad  bool   // sent with a wrong UDP checksum
-}
-
-// selfTestSizes are the sg mode's frame lengths (without FCS): the
-// minimum, around word and cache-line boundaries, and the maximum.
-var selfTestSizes = []int{60, 61, 62, 63, 64, 65, 100, 127, 128, 255, 256, 511, 512, 1023, 1024, 1513, 1514}
-
-// selfTestFrames sends the UDP frames of selfTestSizes, each in up to
+// selfTestFrames sends the UDP frames of loopframe.Set, each in up to
 // three fragments starting at word offsets 0 to 3, with checksum
-// insertion, then two frames with a wrong UDP checksum without it.
+// insertion (the driver writes the checksum seeds into the first), then
+// two frames with a wrong UDP checksum without it: they must come back
+// unchanged and unclaimed (an RX checker that flags nothing would pass
+// every good frame).
 func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o SelfTestOptions) stCheck {
-	var frames []stFrame
-	var sends [][][]byte
-	for i, size := range selfTestSizes {
-		want := make([]byte, size)
-		udpFrame(want, n.mac, uint16(i), byte(i)*37+1)
-		f := stFrame{want: want}
-		// The headers (42 bytes) and the payload in up to two pieces,
-		// each starting at word offset (i+j)%4 of its own allocation.
-		// The driver writes the checksum seeds into the first.
-		var fr [][]byte
-		cuts := []int{0, 42, 42 + (size-42)/2, size}
-		for j := 0; j+1 < len(cuts); j++ {
-			lo, hi := cuts[j], cuts[j+1]
-			if hi == lo {
-				continue
-			}
-			off := (i + j) % 4
-			b := make([]byte, hi-lo+8)[off : off+hi-lo]
-			copy(b, want[lo:hi])
-			fr = append(fr, b)
-			f.desc += fmt.Sprintf(" %d@%d", hi-lo, off)
-		}
-		frames, sends = append(frames, f), append(sends, fr)
-	}
-	// Two frames whose UDP checksum is wrong, sent as they are: they
-	// must come back unchanged and unclaimed (an RX checker that flags
-	// nothing would pass every good frame).
-	for k, size := range []int{100, 1000} {
-		want := make([]byte, size)
-		udpFrame(want, n.mac, uint16(len(frames)), byte(k)+7)
-		want[40] ^= 0x5a
-		b := append([]byte(nil), want...)
-		frames = append(frames, stFrame{want: want, desc: fmt.Sprintf(" %d@0 (bad UDP checksum)", size), bad: true})
-		sends = append(sends, [][]byte{b})
-	}
+	frames := loopframe.Set(n.mac)
 	send := func(pace func(int), until time.Time) {
-		for i, fr := range sends {
-			if err := n.stTransmit(o, until, fr, !frames[i].bad); err != nil {
-				fail("transmit frame %d (%d bytes): %v", i, len(frames[i].want), err)
+		for i, f := range frames {
+			if err := n.stTransmit(o, until, f.Frags, !f.Bad); err != nil {
+				fail("transmit frame %d (%d bytes): %v", i, len(f.Want), err)
 				continue
 			}
 			res.Sent++
@@ -380,15 +339,15 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 			return
 		}
 		back[id] = true
-		if len(got) != len(f.want) {
-			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.want), f.desc)
+		if len(got) != len(f.Want) {
+			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.Want), f.Desc)
 			return
 		}
-		if k := firstDiff(got, f.want); k >= 0 {
-			fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.want), f.desc, k, got[k], f.want[k])
+		if k := loopframe.FirstDiff(got, f.Want); k >= 0 {
+			fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.Want), f.Desc, k, got[k], f.Want[k])
 			return
 		}
-		if f.bad && fr.L4 {
+		if f.Bad && fr.L4 {
 			fail("frame %d: a wrong UDP checksum claimed verified", id)
 			return
 		}
@@ -398,7 +357,7 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		for id, ok := range back {
 			if !ok && res.Sent == len(frames) {
 				f := frames[id]
-				fail("frame %d (%d bytes, fragments%s) did not come back", id, len(f.want), f.desc)
+				fail("frame %d (%d bytes, fragments%s) did not come back", id, len(f.Want), f.Desc)
 				return
 			}
 		}
@@ -525,7 +484,7 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stChe
 			}
 			return
 		}
-		if k := firstDiff(back, payload); k >= 0 {
+		if k := loopframe.FirstDiff(back, payload); k >= 0 {
 			fail("payload byte %d (segment %d, offset %d) is %#02x, sent %#02x", k, k/stMSS, k%stMSS, back[k], payload[k])
 		}
 	}
@@ -603,7 +562,7 @@ func (s *stFragments) finish(res *SelfTestResult, fail func(string, ...any), got
 	case missing > 0 || !s.last:
 		fail("%d IP fragments of the TSO packet came back, %d bytes of it missing", s.n, 8*missing)
 	default:
-		if k := firstDiff(s.data, s.whole[34:]); k >= 0 {
+		if k := loopframe.FirstDiff(s.data, s.whole[34:]); k >= 0 {
 			fail("TSO packet reassembled from %d IP fragments: byte %d of the IP payload is %#02x, sent %#02x", s.n, k, s.data[k], s.whole[34+k])
 			return
 		}
@@ -644,52 +603,6 @@ func fixTCP(f []byte) {
 	tcp := f[34:]
 	binary.BigEndian.PutUint16(tcp[16:], 0)
 	binary.BigEndian.PutUint16(tcp[16:], ^pkt.Fold(pkt.Sum(pkt.PseudoSum(ip, false, pkt.ProtoTCP, len(tcp)), tcp)))
-}
-
-// selfTestFrame reports whether f is one the self-test sends: from and to
-// mac, IPv4 from and to 169.254.0.1 (RFC 3927 link-local, never routed).
-func selfTestFrame(f []byte, mac [6]byte) bool {
-	return len(f) >= 34 && [6]byte(f[0:6]) == mac && [6]byte(f[6:12]) == mac &&
-		binary.BigEndian.Uint16(f[12:]) == pkt.EtherTypeIPv4 &&
-		[4]byte(f[26:30]) == [4]byte{169, 254, 0, 1} && [4]byte(f[30:34]) == [4]byte{169, 254, 0, 1}
-}
-
-// udpFrame writes into f (len(f) >= 42) a UDP/IPv4 frame from and to mac
-// with IP ID id, its payload counting up from seed, and both checksums.
-func udpFrame(f []byte, mac [6]byte, id uint16, seed byte) {
-	copy(f[0:], mac[:])
-	copy(f[6:], mac[:])
-	binary.BigEndian.PutUint16(f[12:], pkt.EtherTypeIPv4)
-	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, pkt.ProtoUDP
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	binary.BigEndian.PutUint16(ip[4:], id)
-	copy(ip[12:], []byte{169, 254, 0, 1})
-	copy(ip[16:], []byte{169, 254, 0, 1})
-	binary.BigEndian.PutUint16(ip[10:], ^pkt.Fold(pkt.Sum(0, ip)))
-	udp := f[34:]
-	binary.BigEndian.PutUint16(udp[0:], 9) // discard (RFC 863)
-	binary.BigEndian.PutUint16(udp[2:], 9)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
-	for k := 8; k < len(udp); k++ {
-		udp[k] = seed + byte(k)
-	}
-	c := ^pkt.Fold(pkt.Sum(pkt.PseudoSum(ip, false, pkt.ProtoUDP, len(udp)), udp))
-	if c == 0 {
-		c = 0xffff
-	}
-	binary.BigEndian.PutUint16(udp[6:], c)
-}
-
-// firstDiff returns the first index where a and b (of equal length)
-// differ, or -1.
-func firstDiff(a, b []byte) int {
-	for k := range a {
-		if a[k] != b[k] {
-			return k
-		}
-	}
-	return -1
 }
 
 // drainRx receives and releases whatever is in the RX ring.

@@ -90,7 +90,7 @@ func (r *neverFlags) scrub() {
 }
 
 // TestReviewSelfTestVerdictOneSided: the self-test sends only frames with
-// good checksums (udpFrame and the TSO segments), so checkVerdict can only
+// good checksums (loopframe.UDP and the TSO segments), so checkVerdict can only
 // find a good sum reported bad (Faults.WrongVerdict's case). An RX
 // checksum checker that flags nothing, the dangerous direction (the stack
 // skips its own check on a claimed verdict: checklist class 5), passes

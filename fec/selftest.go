@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tamanic/tamanic/bounce"
+	"github.com/tamanic/tamanic/internal/loopframe"
 	"github.com/tamanic/tamanic/internal/pkt"
 	"github.com/tamanic/tamanic/tso"
 )
@@ -127,11 +128,6 @@ func (r SelfTestResult) String() string {
 	return fmt.Sprintf("mode=%s frames=%d returned=%d failures=%d first=%q %.1fms loop=%s",
 		r.Mode, r.Sent, r.Returned, r.Failures, r.First, float64(r.Elapsed)/1e6, r.Loopback)
 }
-
-// selfTestSizes are the frame lengths (without FCS) of the bounce and sg
-// modes: the minimum, around the word and cache-line boundaries, and the
-// maximum.
-var selfTestSizes = []int{60, 61, 62, 63, 64, 65, 100, 127, 128, 255, 256, 511, 512, 1023, 1024, 1513, 1514}
 
 // SelfTest runs the loopback self-test: the NIC is put in loopback, each
 // mode's frames are sent and checked, the NIC's strategy and loopback are
@@ -336,14 +332,6 @@ func (n *NIC) afterPHYLoop(v uint16, l0 Link) error {
 	return n.applyLink(l0)
 }
 
-// stFrame is a frame the self-test expects back.
-type stFrame struct {
-	want  []byte // as it must come back (checksums computed in software)
-	frags [][]byte
-	desc  string // its fragments' lengths and word offsets
-	bad   bool   // sent with a wrong UDP checksum
-}
-
 func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 	res := SelfTestResult{Mode: mode}
 	fail := func(format string, a ...any) {
@@ -386,7 +374,7 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 			o.Sleep(50 * time.Microsecond)
 			continue
 		}
-		if !selfTestFrame(p.Data, n.MAC()) {
+		if !loopframe.Is(p.Data, n.MAC()) {
 			// Not the test's: a frame from the wire (a MAC that does not
 			// loop back receives it) is ignored, and counted.
 			res.Foreign++
@@ -442,51 +430,22 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 	return res
 }
 
-// selfTestFrames sends the UDP frames of selfTestSizes, each in up to
+// selfTestFrames sends the UDP frames of loopframe.Set, each in up to
 // three fragments starting at word offsets 0 to 3, and returns the check
 // of each frame that comes back (in order, matched by IP ID) and the end
 // of the mode.
 func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o SelfTestOptions) (func(int, []byte, CsumInfo), func()) {
-	frames := make([]stFrame, 0, len(selfTestSizes))
-	mac := n.MAC()
-	for i, size := range selfTestSizes {
-		want := make([]byte, size)
-		udpFrame(want, mac, uint16(i), byte(i)*37+1)
-		f := stFrame{want: want}
-		// The headers (42 bytes) and the payload in up to two pieces,
-		// each starting at word offset (i+j)%4 of its own allocation.
-		cuts := []int{0, 42, 42 + (size-42)/2, size}
-		for j := 0; j+1 < len(cuts); j++ {
-			lo, hi := cuts[j], cuts[j+1]
-			if hi == lo {
-				continue
-			}
-			off := (i + j) % 4
-			b := make([]byte, hi-lo+8)[off : off+hi-lo]
-			copy(b, want[lo:hi])
-			f.frags = append(f.frags, b)
-			f.desc += fmt.Sprintf(" %d@%d", hi-lo, off)
-		}
-		frames = append(frames, f)
-	}
-	// Two frames whose UDP checksum is wrong, sent as they are (no
-	// insertion): they must come back unchanged and no verdict may claim
-	// them (an RX checker that flags nothing passed every good frame; a
-	// review found it). They take the IDs after the good ones.
-	for k, size := range []int{100, 1000} {
-		want := make([]byte, size)
-		udpFrame(want, mac, uint16(len(frames)), byte(k)+7)
-		want[40] ^= 0x5a
-		b := make([]byte, size)
-		copy(b, want)
-		frames = append(frames, stFrame{want: want, frags: [][]byte{b}, desc: fmt.Sprintf(" %d@0 (bad UDP checksum)", size), bad: true})
-	}
+	// The frames, in fragments at every word offset, and two with a wrong
+	// UDP checksum: they must come back unchanged and no verdict may
+	// claim them (an RX checker that flags nothing passed every good
+	// frame; a review found it).
+	frames := loopframe.Set(n.MAC())
 	csum := n.CsumOffload()
 	for i := range frames {
 		f := &frames[i]
-		if f.bad {
-			if err := n.stTransmit(o, f.frags, TxOptions{}); err != nil {
-				fail("transmit frame %d (%d bytes): %v", i, len(f.want), err)
+		if f.Bad {
+			if err := n.stTransmit(o, f.Frags, TxOptions{}); err != nil {
+				fail("transmit frame %d (%d bytes): %v", i, len(f.Want), err)
 				continue
 			}
 			res.Sent++
@@ -494,13 +453,13 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		}
 		if csum {
 			// The MAC inserts them: the driver zeroes the fields.
-			err := n.stTransmit(o, f.frags, TxOptions{Csum: true})
+			err := n.stTransmit(o, f.Frags, TxOptions{Csum: true})
 			if err != nil {
-				fail("transmit frame %d (%d bytes): %v", i, len(f.want), err)
+				fail("transmit frame %d (%d bytes): %v", i, len(f.Want), err)
 				continue
 			}
-		} else if err := n.stTransmit(o, f.frags, TxOptions{}); err != nil {
-			fail("transmit frame %d (%d bytes): %v", i, len(f.want), err)
+		} else if err := n.stTransmit(o, f.Frags, TxOptions{}); err != nil {
+			fail("transmit frame %d (%d bytes): %v", i, len(f.Want), err)
 			continue
 		}
 		res.Sent++
@@ -518,17 +477,15 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		}
 		f := frames[id]
 		back[id] = true
-		if len(got) != len(f.want) {
-			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.want), f.desc)
+		if len(got) != len(f.Want) {
+			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.Want), f.Desc)
 			return
 		}
-		for k := range got {
-			if got[k] != f.want[k] {
-				fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.want), f.desc, k, got[k], f.want[k])
-				return
-			}
+		if k := loopframe.FirstDiff(got, f.Want); k >= 0 {
+			fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.Want), f.Desc, k, got[k], f.Want[k])
+			return
 		}
-		if f.bad && c.L4 {
+		if f.Bad && c.L4 {
 			fail("frame %d: a wrong UDP checksum claimed verified", id)
 			return
 		}
@@ -538,7 +495,7 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		for id, ok := range back {
 			if !ok && res.Sent == len(frames) {
 				f := frames[id]
-				fail("frame %d (%d bytes, fragments%s) did not come back (a destination address read stale is filtered)", id, len(f.want), f.desc)
+				fail("frame %d (%d bytes, fragments%s) did not come back (a destination address read stale is filtered)", id, len(f.Want), f.Desc)
 				return
 			}
 		}
@@ -676,41 +633,6 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (func(
 		}
 	}
 	return check, finish
-}
-
-// selfTestFrame reports whether f is one the self-test sends: from and to
-// mac, IPv4 from and to 169.254.0.1 (RFC 3927 link-local; never routed).
-func selfTestFrame(f []byte, mac [6]byte) bool {
-	return len(f) >= 34 && [6]byte(f[0:6]) == mac && [6]byte(f[6:12]) == mac &&
-		binary.BigEndian.Uint16(f[12:]) == 0x0800 &&
-		[4]byte(f[26:30]) == [4]byte{169, 254, 0, 1} && [4]byte(f[30:34]) == [4]byte{169, 254, 0, 1}
-}
-
-// udpFrame writes into f (len(f) >= 42) a UDP/IPv4 frame from and to mac
-// with IP ID id, its payload counting up from seed, and both checksums.
-func udpFrame(f []byte, mac [6]byte, id uint16, seed byte) {
-	copy(f[0:], mac[:])
-	copy(f[6:], mac[:])
-	binary.BigEndian.PutUint16(f[12:], 0x0800)
-	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, pkt.ProtoUDP
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(f)-14))
-	binary.BigEndian.PutUint16(ip[4:], id)
-	copy(ip[12:], []byte{169, 254, 0, 1})
-	copy(ip[16:], []byte{169, 254, 0, 1})
-	binary.BigEndian.PutUint16(ip[10:], ^pkt.Fold(pkt.Sum(0, ip)))
-	udp := f[34:]
-	binary.BigEndian.PutUint16(udp[0:], 9) // discard (RFC 863)
-	binary.BigEndian.PutUint16(udp[2:], 9)
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
-	for k := 8; k < len(udp); k++ {
-		udp[k] = seed + byte(k)
-	}
-	c := ^pkt.Fold(pkt.Sum(pkt.PseudoSum(ip, false, pkt.ProtoUDP, len(udp)), udp))
-	if c == 0 {
-		c = 0xffff
-	}
-	binary.BigEndian.PutUint16(udp[6:], c)
 }
 
 // mibValues reads the MIB counters by name.
