@@ -397,13 +397,6 @@ func checkVerdict(f []byte, fr *Frame, fail func(string, ...any), what string) {
 	}
 }
 
-// The TSO mode's packet.
-const (
-	stMSS  = 1448
-	stSeq0 = 0x01000000
-	stID   = 0x5000
-)
-
 // selfTestGSO sends one TCP packet of 64 KiB (or what the rings take)
 // through TransmitGSO and checks that its segments come back with the
 // headers the controller must write, valid checksums and, together, the
@@ -413,79 +406,36 @@ func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (stChe
 	// what the TX ring takes (a context and a header descriptor, then
 	// 8 KiB a data descriptor: TransmitGSO's budget), or what the RX ring
 	// holds at once (the segments arrive faster than they are taken).
-	size := min(0xffff-40, min(n.tx.n-3, MaxDataDescs-1)*MaxPerDesc, (n.rx.n-2)*stMSS)
-	payload := make([]byte, size)
-	for i := range payload {
-		payload[i] = byte(i*7 + i>>8)
-	}
-	hdr := tcpHeader(n.mac, size)
-	segs := (size + stMSS - 1) / stMSS
+	size := min(0xffff-40, min(n.tx.n-3, MaxDataDescs-1)*MaxPerDesc, (n.rx.n-2)*loopframe.MSS)
+	t := loopframe.NewTSO(n.mac, size)
 	// The packet as one datagram, checksums computed in software: what
 	// IP fragments of it must reassemble into.
-	whole := append(append([]byte(nil), hdr...), payload...)
+	whole := append(append([]byte(nil), t.Hdr...), t.Payload...)
 	fixTCP(whole)
 	frags := &stFragments{whole: whole}
 	send := func(func(int), time.Time) {
-		if err := n.TransmitGSO(hdr, [][]byte{payload}, tso.Options{Type: tso.TCP, MSS: stMSS}, nil); err != nil {
+		if err := n.TransmitGSO(t.Hdr, [][]byte{t.Payload}, tso.Options{Type: tso.TCP, MSS: loopframe.MSS}, nil); err != nil {
 			fail("transmit a %d-byte TSO packet: %v", size, err)
 		} else {
-			res.Sent = segs
+			res.Sent = t.Segs
 		}
 	}
-	back := make([]byte, 0, size)
 	frame := func(i int, fr *Frame) {
-		f := fr.Bytes()
-		h, err := pkt.Parse(f)
-		if err != nil || h.Proto != pkt.ProtoTCP || h.IPEnd > len(f) || h.IPv6 || h.Fragment {
-			fail("segment %d: not a TCP/IPv4 segment (%d bytes): %v", i, len(f), err)
-			return
-		}
-		seq := binary.BigEndian.Uint32(f[h.L4+4:])
-		if want := uint32(stSeq0 + len(back)); seq != want {
-			fail("segment %d: sequence %#x, want %#x", i, seq, want)
-		}
-		// Every other header byte as the controller writes it (82574
+		// Every header byte as the controller writes it (82574
 		// datasheet, TCP segmentation: IPv4 total length and ID per
-		// segment, PSH and FIN only in the last), the L2 header and
-		// addresses as given; nothing past the IP datagram.
-		flags := byte(0x10)
-		if i == segs-1 {
-			flags |= 0x08
+		// segment, PSH and FIN only in the last): loopframe.TSO.Segment.
+		f := fr.Bytes()
+		bad, tcp := t.Segment(i, f)
+		for _, b := range bad {
+			fail("%s", b)
 		}
-		switch {
-		case h.L3 != 14 || h.L4 != 34 || !bytes.Equal(f[:14], hdr[:14]):
-			fail("segment %d: L2 header % x, want % x", i, f[:min(len(f), 14)], hdr[:14])
-		case len(f) != h.IPEnd:
-			fail("segment %d: %d bytes past the IP datagram", i, len(f)-h.IPEnd)
-		case binary.BigEndian.Uint16(f[18:]) != stID+uint16(i):
-			fail("segment %d: IPv4 ID %#x, want %#x", i, binary.BigEndian.Uint16(f[18:]), stID+i)
-		case f[14] != 0x45 || f[22] != 64 || !bytes.Equal(f[20:22], hdr[20:22]) || !bytes.Equal(f[26:34], hdr[26:34]):
-			fail("segment %d: IPv4 header % x against % x", i, f[14:34], hdr[14:34])
-		case !bytes.Equal(f[34:38], hdr[34:38]) || !bytes.Equal(f[42:46], hdr[42:46]) || f[46] != hdr[46] ||
-			!bytes.Equal(f[48:50], hdr[48:50]) || !bytes.Equal(f[52:54], hdr[52:54]):
-			fail("segment %d: TCP header % x against % x", i, f[34:54], hdr[34:54])
-		case f[47] != flags:
-			fail("segment %d: TCP flags %#02x, want %#02x", i, f[47], flags)
+		if tcp {
+			checkVerdict(f, fr, fail, fmt.Sprintf("segment %d", i))
 		}
-		data := f[h.L4+int(f[h.L4+12]>>4)*4 : h.IPEnd]
-		if i < segs-1 && len(data) != stMSS {
-			fail("segment %d: %d bytes of payload, want the MSS %d", i, len(data), stMSS)
-		}
-		back = append(back, data...)
-		if ok, checked := pkt.TransportOK(f, &h); !ok || !checked || !pkt.IPv4HeaderOK(f, &h) {
-			fail("segment %d: checksum wrong on the wire (tcp ok %v, ip ok %v)", i, ok, pkt.IPv4HeaderOK(f, &h))
-		}
-		checkVerdict(f, fr, fail, fmt.Sprintf("segment %d", i))
 	}
 	finish := func() {
-		if len(back) != len(payload) {
-			if res.Failures == 0 {
-				fail("%d of %d payload bytes came back", len(back), len(payload))
-			}
-			return
-		}
-		if k := loopframe.FirstDiff(back, payload); k >= 0 {
-			fail("payload byte %d (segment %d, offset %d) is %#02x, sent %#02x", k, k/stMSS, k%stMSS, back[k], payload[k])
+		if b := t.Finish(res.Failures > 0); b != "" {
+			fail("%s", b)
 		}
 	}
 	return stCheck{send, frame, finish}, frags
@@ -526,7 +476,7 @@ func (s *stFragments) take(f []byte) bool {
 	case s.bad != "":
 	case ihl != 20 || 14+tot != len(f) || tot < ihl:
 		s.bad = fmt.Sprintf("fragment %d: IPv4 header length %d, total %d in a %d-byte frame", s.n-1, ihl, tot, len(f))
-	case binary.BigEndian.Uint16(f[18:]) != stID || !bytes.Equal(f[:14], s.whole[:14]) || !bytes.Equal(f[26:34], s.whole[26:34]):
+	case binary.BigEndian.Uint16(f[18:]) != loopframe.ID0 || !bytes.Equal(f[:14], s.whole[:14]) || !bytes.Equal(f[26:34], s.whole[26:34]):
 		s.bad = fmt.Sprintf("fragment %d: headers % x", s.n-1, f[:34])
 	case !pkt.IPv4HeaderOK(f, &h):
 		s.bad = fmt.Sprintf("fragment %d: IPv4 header checksum wrong", s.n-1)
@@ -570,28 +520,6 @@ func (s *stFragments) finish(res *SelfTestResult, fail func(string, ...any), got
 		res.Reason = fmt.Sprintf("segmentation not checked: the %d-byte datagram came back as %d IPv4 fragments, not TCP segments (QEMU before 8.0 emulates TSO so); their bytes and checksums match what was sent",
 			len(s.whole)-14, s.n)
 	}
-}
-
-// tcpHeader returns the TSO packet's Ethernet, IPv4 and TCP headers for
-// size payload bytes, from and to mac and 169.254.0.1.
-func tcpHeader(mac [6]byte, size int) []byte {
-	hdr := make([]byte, 54)
-	copy(hdr[0:], mac[:])
-	copy(hdr[6:], mac[:])
-	binary.BigEndian.PutUint16(hdr[12:], pkt.EtherTypeIPv4)
-	ip := hdr[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, pkt.ProtoTCP
-	binary.BigEndian.PutUint16(ip[2:], uint16(40+size))
-	binary.BigEndian.PutUint16(ip[4:], stID)
-	copy(ip[12:], []byte{169, 254, 0, 1})
-	copy(ip[16:], []byte{169, 254, 0, 1})
-	tcp := hdr[34:54]
-	binary.BigEndian.PutUint16(tcp[0:], 5201)
-	binary.BigEndian.PutUint16(tcp[2:], 5201)
-	binary.BigEndian.PutUint32(tcp[4:], stSeq0)
-	tcp[12], tcp[13] = 5<<4, 0x18 // PSH, ACK
-	binary.BigEndian.PutUint16(tcp[14:], 0xffff)
-	return hdr
 }
 
 // fixTCP writes the IPv4 header and TCP checksums of the one-datagram

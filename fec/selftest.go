@@ -1,7 +1,6 @@
 package fec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -540,96 +539,30 @@ func checkVerdict(f []byte, c CsumInfo, offload bool, fail func(string, ...any),
 // takes) through TransmitGSO and checks that its segments come back with
 // contiguous sequence numbers, valid checksums and, together, the payload.
 func (n *NIC) selfTestGSO(res *SelfTestResult, fail func(string, ...any)) (func(int, []byte, CsumInfo), func()) {
-	const mss = 1448
 	// 64 KiB less the headers (an IPv4 datagram's length is 16 bits), or
 	// what the ring takes.
-	size := min(0xffff-40, n.MaxGSOSegments(1)*mss)
-	payload := make([]byte, size)
-	for i := range payload {
-		payload[i] = byte(i*7 + i>>8)
-	}
-	mac := n.MAC()
-	hdr := make([]byte, 54)
-	copy(hdr[0:], mac[:])
-	copy(hdr[6:], mac[:])
-	binary.BigEndian.PutUint16(hdr[12:], 0x0800)
-	ip := hdr[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, pkt.ProtoTCP
-	binary.BigEndian.PutUint16(ip[2:], uint16(40+size))
-	binary.BigEndian.PutUint16(ip[4:], 0x5000)
-	copy(ip[12:], []byte{169, 254, 0, 1})
-	copy(ip[16:], []byte{169, 254, 0, 1})
-	tcp := hdr[34:54]
-	binary.BigEndian.PutUint16(tcp[0:], 5201)
-	binary.BigEndian.PutUint16(tcp[2:], 5201)
-	const seq0 = 0x01000000
-	binary.BigEndian.PutUint32(tcp[4:], seq0)
-	tcp[12], tcp[13] = 5<<4, 0x18 // PSH, ACK
-	binary.BigEndian.PutUint16(tcp[14:], 0xffff)
-	segs := (size + mss - 1) / mss
-	if err := n.TransmitGSO(hdr, [][]byte{payload}, tso.Options{Type: tso.TCP, MSS: mss}, nil); err != nil {
+	size := min(0xffff-40, n.MaxGSOSegments(1)*loopframe.MSS)
+	t := loopframe.NewTSO(n.MAC(), size)
+	if err := n.TransmitGSO(t.Hdr, [][]byte{t.Payload}, tso.Options{Type: tso.TCP, MSS: loopframe.MSS}, nil); err != nil {
 		fail("transmit a %d-byte TSO packet: %v", size, err)
 	} else {
-		res.Sent = segs
+		res.Sent = t.Segs
 	}
-	back := make([]byte, 0, size)
 	csum := n.CsumOffload()
 	check := func(i int, f []byte, c CsumInfo) {
-		h, err := pkt.Parse(f)
-		if err != nil || h.Proto != pkt.ProtoTCP || h.IPEnd > len(f) {
-			fail("segment %d: not a TCP frame (%d bytes): %v", i, len(f), err)
-			return
+		// Every header byte as the segmenter must write it (Linux
+		// tso_build_hdr): loopframe.TSO.Segment.
+		bad, tcp := t.Segment(i, f)
+		for _, b := range bad {
+			fail("%s", b)
 		}
-		seq := binary.BigEndian.Uint32(f[h.L4+4:])
-		if want := uint32(seq0 + len(back)); seq != want {
-			fail("segment %d: sequence %#x, want %#x", i, seq, want)
-		}
-		// Every other header byte as the segmenter must write it (Linux
-		// tso_build_hdr): the L2 header and addresses as given, the IPv4
-		// ID counting up, PSH only on the last segment, ACK on all, no
-		// FIN, SYN or RST; nothing past the IP datagram.
-		last := i == segs-1
-		flags := byte(0x10)
-		if last {
-			flags |= 0x08
-		}
-		switch {
-		case h.L3 != 14 || h.L4 != 34 || !bytes.Equal(f[:14], hdr[:14]):
-			fail("segment %d: L2 header % x, want % x", i, f[:min(len(f), 14)], hdr[:14])
-		case len(f) != h.IPEnd:
-			fail("segment %d: %d bytes past the IP datagram", i, len(f)-h.IPEnd)
-		case binary.BigEndian.Uint16(f[18:]) != 0x5000+uint16(i):
-			fail("segment %d: IPv4 ID %#x, want %#x", i, binary.BigEndian.Uint16(f[18:]), 0x5000+i)
-		case f[14] != 0x45 || f[22] != 64 || !bytes.Equal(f[20:22], hdr[20:22]) || !bytes.Equal(f[26:34], hdr[26:34]):
-			fail("segment %d: IPv4 header % x against % x", i, f[14:34], hdr[14:34])
-		case !bytes.Equal(f[34:38], hdr[34:38]) || !bytes.Equal(f[42:46], hdr[42:46]) || f[46] != hdr[46] ||
-			!bytes.Equal(f[48:50], hdr[48:50]) || !bytes.Equal(f[52:54], hdr[52:54]):
-			fail("segment %d: TCP header % x against % x", i, f[34:54], hdr[34:54])
-		case f[47] != flags:
-			fail("segment %d: TCP flags %#02x, want %#02x", i, f[47], flags)
-		}
-		data := f[h.L4+int(f[h.L4+12]>>4)*4 : h.IPEnd]
-		if i < segs-1 && len(data) != mss {
-			fail("segment %d: %d bytes of payload, want the MSS %d", i, len(data), mss)
-		}
-		back = append(back, data...)
-		checkVerdict(f, c, csum, fail, i)
-		if ok, checked := pkt.TransportOK(f, &h); !ok || !checked || !pkt.IPv4HeaderOK(f, &h) {
-			fail("segment %d: checksum wrong on the wire (tcp ok %v, ip ok %v)", i, ok, pkt.IPv4HeaderOK(f, &h))
+		if tcp {
+			checkVerdict(f, c, csum, fail, i)
 		}
 	}
 	finish := func() {
-		if len(back) != len(payload) {
-			if res.Failures == 0 {
-				fail("%d of %d payload bytes came back", len(back), len(payload))
-			}
-			return
-		}
-		for k := range back {
-			if back[k] != payload[k] {
-				fail("payload byte %d (segment %d, offset %d) is %#02x, sent %#02x", k, k/mss, k%mss, back[k], payload[k])
-				return
-			}
+		if b := t.Finish(res.Failures > 0); b != "" {
+			fail("%s", b)
 		}
 	}
 	return check, finish

@@ -6,6 +6,7 @@
 package loopframe
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -113,4 +114,114 @@ func FirstDiff(a, b []byte) int {
 		}
 	}
 	return -1
+}
+
+// The TSO packet's constants: its MSS, first sequence number and first
+// IPv4 ID.
+const (
+	MSS  = 1448
+	Seq0 = 0x01000000
+	ID0  = 0x5000
+)
+
+// TSO is the self-tests' TCP packet for a segmenter (software TSO or the
+// controller's) and the check of the segments that come back.
+type TSO struct {
+	// Hdr is the packet's 54 bytes of Ethernet, IPv4 and TCP headers
+	// (PSH and ACK, checksums left for the segmenter), Payload its
+	// payload, Segs the segments it makes at MSS.
+	Hdr, Payload []byte
+	Segs         int
+	back         []byte
+}
+
+// NewTSO returns a TCP/IPv4 packet of size payload bytes from and to mac
+// (the set's addresses, port 5201 to 5201).
+func NewTSO(mac [6]byte, size int) *TSO {
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i*7 + i>>8)
+	}
+	hdr := make([]byte, 54)
+	copy(hdr[0:], mac[:])
+	copy(hdr[6:], mac[:])
+	binary.BigEndian.PutUint16(hdr[12:], pkt.EtherTypeIPv4)
+	ip := hdr[14:34]
+	ip[0], ip[8], ip[9] = 0x45, 64, pkt.ProtoTCP
+	binary.BigEndian.PutUint16(ip[2:], uint16(40+size))
+	binary.BigEndian.PutUint16(ip[4:], ID0)
+	copy(ip[12:], linkLocal[:])
+	copy(ip[16:], linkLocal[:])
+	tcp := hdr[34:54]
+	binary.BigEndian.PutUint16(tcp[0:], 5201)
+	binary.BigEndian.PutUint16(tcp[2:], 5201)
+	binary.BigEndian.PutUint32(tcp[4:], Seq0)
+	tcp[12], tcp[13] = 5<<4, 0x18 // PSH, ACK
+	binary.BigEndian.PutUint16(tcp[14:], 0xffff)
+	return &TSO{Hdr: hdr, Payload: payload, Segs: (size + MSS - 1) / MSS, back: make([]byte, 0, size)}
+}
+
+// Segment checks segment i (frame f) against what a segmenter must write
+// (Linux tso_build_hdr; the 82574 datasheet's TCP segmentation): its
+// sequence number continuing the payload so far, the L2 header and
+// addresses as given, the IPv4 ID counting up from ID0, ACK on every
+// segment and PSH only on the last (no FIN, SYN or RST), MSS bytes of
+// payload but in the last, nothing past the IP datagram, and both
+// checksums right on the wire. It keeps the segment's payload for Finish
+// and returns every problem found, in order (none: nil), and whether f
+// was a TCP/IPv4 segment at all (if not, nothing else was checked).
+func (t *TSO) Segment(i int, f []byte) (bad []string, tcp bool) {
+	h, err := pkt.Parse(f)
+	if err != nil || h.Proto != pkt.ProtoTCP || h.IPEnd > len(f) || h.IPv6 || h.Fragment {
+		return []string{fmt.Sprintf("segment %d: not a TCP/IPv4 segment (%d bytes): %v", i, len(f), err)}, false
+	}
+	if seq, want := binary.BigEndian.Uint32(f[h.L4+4:]), uint32(Seq0+len(t.back)); seq != want {
+		bad = append(bad, fmt.Sprintf("segment %d: sequence %#x, want %#x", i, seq, want))
+	}
+	hdr := t.Hdr
+	flags := byte(0x10)
+	if i == t.Segs-1 {
+		flags |= 0x08
+	}
+	switch {
+	case h.L3 != 14 || h.L4 != 34 || !bytes.Equal(f[:14], hdr[:14]):
+		bad = append(bad, fmt.Sprintf("segment %d: L2 header % x, want % x", i, f[:min(len(f), 14)], hdr[:14]))
+	case len(f) != h.IPEnd:
+		bad = append(bad, fmt.Sprintf("segment %d: %d bytes past the IP datagram", i, len(f)-h.IPEnd))
+	case binary.BigEndian.Uint16(f[18:]) != ID0+uint16(i):
+		bad = append(bad, fmt.Sprintf("segment %d: IPv4 ID %#x, want %#x", i, binary.BigEndian.Uint16(f[18:]), ID0+i))
+	case f[14] != 0x45 || f[22] != 64 || !bytes.Equal(f[20:22], hdr[20:22]) || !bytes.Equal(f[26:34], hdr[26:34]):
+		bad = append(bad, fmt.Sprintf("segment %d: IPv4 header % x against % x", i, f[14:34], hdr[14:34]))
+	case !bytes.Equal(f[34:38], hdr[34:38]) || !bytes.Equal(f[42:46], hdr[42:46]) || f[46] != hdr[46] ||
+		!bytes.Equal(f[48:50], hdr[48:50]) || !bytes.Equal(f[52:54], hdr[52:54]):
+		bad = append(bad, fmt.Sprintf("segment %d: TCP header % x against % x", i, f[34:54], hdr[34:54]))
+	case f[47] != flags:
+		bad = append(bad, fmt.Sprintf("segment %d: TCP flags %#02x, want %#02x", i, f[47], flags))
+	}
+	data := f[h.L4+int(f[h.L4+12]>>4)*4 : h.IPEnd]
+	if i < t.Segs-1 && len(data) != MSS {
+		bad = append(bad, fmt.Sprintf("segment %d: %d bytes of payload, want the MSS %d", i, len(data), MSS))
+	}
+	t.back = append(t.back, data...)
+	if ok, checked := pkt.TransportOK(f, &h); !ok || !checked || !pkt.IPv4HeaderOK(f, &h) {
+		bad = append(bad, fmt.Sprintf("segment %d: checksum wrong on the wire (tcp ok %v, ip ok %v)", i, ok, pkt.IPv4HeaderOK(f, &h)))
+	}
+	return bad, true
+}
+
+// Finish compares the payload the segments brought back with the
+// packet's: "" when it is all there and equal, else what differs (when
+// bytes are missing and anything was already reported, "" too: the
+// segment checks said why).
+func (t *TSO) Finish(reported bool) string {
+	if len(t.back) != len(t.Payload) {
+		if reported {
+			return ""
+		}
+		return fmt.Sprintf("%d of %d payload bytes came back", len(t.back), len(t.Payload))
+	}
+	if k := FirstDiff(t.back, t.Payload); k >= 0 {
+		return fmt.Sprintf("payload byte %d (segment %d, offset %d) is %#02x, sent %#02x", k, k/MSS, k%MSS, t.back[k], t.Payload[k])
+	}
+	return ""
 }
