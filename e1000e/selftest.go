@@ -321,45 +321,19 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 			pace(res.Sent)
 		}
 	}
-	back := make([]bool, len(frames))
+	ret := loopframe.NewReturns(frames)
 	frame := func(_ int, fr *Frame) {
 		got := fr.Bytes()
-		if len(got) < 20 {
-			fail("a %d-byte frame came back", len(got))
-			return
-		}
-		id := int(binary.BigEndian.Uint16(got[18:]))
-		if id >= len(frames) {
-			fail("a frame with IP ID %d came back; none was sent", id)
-			return
-		}
-		f := frames[id]
-		if back[id] {
-			fail("frame %d came back twice", id)
-			return
-		}
-		back[id] = true
-		if len(got) != len(f.Want) {
-			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.Want), f.Desc)
-			return
-		}
-		if k := loopframe.FirstDiff(got, f.Want); k >= 0 {
-			fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.Want), f.Desc, k, got[k], f.Want[k])
-			return
-		}
-		if f.Bad && fr.L4 {
-			fail("frame %d: a wrong UDP checksum claimed verified", id)
+		id, bad := ret.Frame(got, fr.L4)
+		if bad != "" {
+			fail("%s", bad)
 			return
 		}
 		checkVerdict(got, fr, fail, fmt.Sprintf("frame %d", id))
 	}
 	finish := func() {
-		for id, ok := range back {
-			if !ok && res.Sent == len(frames) {
-				f := frames[id]
-				fail("frame %d (%d bytes, fragments%s) did not come back", id, len(f.Want), f.Desc)
-				return
-			}
+		if m := ret.Missing(); m != "" && res.Sent == len(frames) {
+			fail("%s", m)
 		}
 	}
 	return stCheck{send, frame, finish}

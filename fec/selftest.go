@@ -1,7 +1,6 @@
 package fec
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -463,40 +462,19 @@ func (n *NIC) selfTestFrames(res *SelfTestResult, fail func(string, ...any), o S
 		}
 		res.Sent++
 	}
-	back := make([]bool, len(frames))
+	ret := loopframe.NewReturns(frames)
 	check := func(_ int, got []byte, c CsumInfo) {
-		if len(got) < 20 {
-			fail("a %d-byte frame came back", len(got))
-			return
-		}
-		id := int(binary.BigEndian.Uint16(got[18:]))
-		if id >= len(frames) {
-			fail("a frame with IP ID %d came back; none was sent", id)
-			return
-		}
-		f := frames[id]
-		back[id] = true
-		if len(got) != len(f.Want) {
-			fail("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.Want), f.Desc)
-			return
-		}
-		if k := loopframe.FirstDiff(got, f.Want); k >= 0 {
-			fail("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.Want), f.Desc, k, got[k], f.Want[k])
-			return
-		}
-		if f.Bad && c.L4 {
-			fail("frame %d: a wrong UDP checksum claimed verified", id)
+		id, bad := ret.Frame(got, c.L4)
+		if bad != "" {
+			fail("%s", bad)
 			return
 		}
 		checkVerdict(got, c, csum, fail, id)
 	}
 	finish := func() {
-		for id, ok := range back {
-			if !ok && res.Sent == len(frames) {
-				f := frames[id]
-				fail("frame %d (%d bytes, fragments%s) did not come back (a destination address read stale is filtered)", id, len(f.Want), f.Desc)
-				return
-			}
+		if m := ret.Missing(); m != "" && res.Sent == len(frames) {
+			// A destination address read stale is filtered.
+			fail("%s (a destination address read stale is filtered)", m)
 		}
 	}
 	return check, finish

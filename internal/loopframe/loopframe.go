@@ -225,3 +225,58 @@ func (t *TSO) Finish(reported bool) string {
 	}
 	return ""
 }
+
+// Returns checks the frames of a set as they come back.
+type Returns struct {
+	frames []Frame
+	back   []bool
+}
+
+// NewReturns returns the check of frames (a Set).
+func NewReturns(frames []Frame) *Returns {
+	return &Returns{frames: frames, back: make([]bool, len(frames))}
+}
+
+// Frame checks a frame that came back, got, with the L4 checksum verdict
+// the NIC gave it: which frame it is (its IP ID), that it came back once,
+// whole and byte for byte as sent (the first difference named with its
+// offset: a stale cache line shows there), and that a frame sent with a
+// wrong UDP checksum is not claimed verified. It returns the frame's
+// index, or -1 when got is no frame of the set, and the first problem
+// ("" when none; the caller then checks the verdicts).
+func (r *Returns) Frame(got []byte, l4Claimed bool) (int, string) {
+	if len(got) < 20 {
+		return -1, fmt.Sprintf("a %d-byte frame came back", len(got))
+	}
+	id := int(binary.BigEndian.Uint16(got[18:]))
+	if id >= len(r.frames) {
+		return -1, fmt.Sprintf("a frame with IP ID %d came back; none was sent", id)
+	}
+	f := r.frames[id]
+	if r.back[id] {
+		return id, fmt.Sprintf("frame %d came back twice", id)
+	}
+	r.back[id] = true
+	if len(got) != len(f.Want) {
+		return id, fmt.Sprintf("frame %d came back with %d bytes, sent %d (fragments%s)", id, len(got), len(f.Want), f.Desc)
+	}
+	if k := FirstDiff(got, f.Want); k >= 0 {
+		return id, fmt.Sprintf("frame %d (%d bytes, fragments%s): byte %d is %#02x, sent %#02x", id, len(f.Want), f.Desc, k, got[k], f.Want[k])
+	}
+	if f.Bad && l4Claimed {
+		return id, fmt.Sprintf("frame %d: a wrong UDP checksum claimed verified", id)
+	}
+	return id, ""
+}
+
+// Missing names the first frame that did not come back ("" when all
+// did).
+func (r *Returns) Missing() string {
+	for id, ok := range r.back {
+		if !ok {
+			f := r.frames[id]
+			return fmt.Sprintf("frame %d (%d bytes, fragments%s) did not come back", id, len(f.Want), f.Desc)
+		}
+	}
+	return ""
+}

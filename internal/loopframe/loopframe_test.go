@@ -2,6 +2,7 @@ package loopframe
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/tamanic/tamanic/internal/pkttest"
@@ -34,5 +35,41 @@ func TestSet(t *testing.T) {
 	}
 	if FirstDiff([]byte{1, 2, 3}, []byte{1, 2, 4}) != 2 || FirstDiff([]byte{1}, []byte{1}) != -1 {
 		t.Error("FirstDiff")
+	}
+}
+
+// TestReturns: a frame back as sent passes; a byte changed is named with
+// its offset; a second copy, a short frame, an unknown ID, a bad checksum
+// claimed verified each fail; and the frames that never came back are
+// named.
+func TestReturns(t *testing.T) {
+	mac := [6]byte{2, 0, 0, 0, 0, 7}
+	set := Set(mac)
+	r := NewReturns(set)
+	if id, bad := r.Frame(set[3].Want, true); id != 3 || bad != "" {
+		t.Fatalf("frame 3 as sent: %d %q", id, bad)
+	}
+	if _, bad := r.Frame(set[3].Want, true); !strings.Contains(bad, "twice") {
+		t.Errorf("a second copy: %q", bad)
+	}
+	f := bytes.Clone(set[4].Want)
+	f[50] ^= 1
+	if _, bad := r.Frame(f, true); !strings.Contains(bad, "byte 50") {
+		t.Errorf("a changed byte: %q", bad)
+	}
+	if _, bad := r.Frame(set[5].Want[:40], true); !strings.Contains(bad, "came back with 40 bytes") {
+		t.Errorf("a short frame: %q", bad)
+	}
+	last := len(set) - 1
+	if _, bad := r.Frame(set[last].Want, true); !strings.Contains(bad, "claimed verified") {
+		t.Errorf("a bad checksum claimed: %q", bad)
+	}
+	g := bytes.Clone(set[0].Want)
+	g[18], g[19] = 0xff, 0xff
+	if id, bad := r.Frame(g, false); id != -1 || !strings.Contains(bad, "none was sent") {
+		t.Errorf("an unknown ID: %d %q", id, bad)
+	}
+	if m := r.Missing(); !strings.HasPrefix(m, "frame 0 ") {
+		t.Errorf("missing: %q", m)
 	}
 }
