@@ -52,11 +52,25 @@ func (h *busyHist) add(ns int64) {
 	h.mu.Unlock()
 }
 
-func (h *busyHist) stats() BusyHistStats {
+// stats returns the histogram; with counts false only its bucket width
+// and Over (GET /stats without the control token: the counts take up to
+// 4,096 map entries, about 140 KiB of JSON, which any peer could make a
+// board render again and again; a review found it). The counts are
+// copied under the lock and rendered outside it, so a reading does not
+// hold up the echo's answers.
+func (h *busyHist) stats(counts bool) BusyHistStats {
 	st := BusyHistStats{BucketNs: busyBucketNs}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, n := range h.counts {
+	st.Over = h.over
+	var c [busyBuckets]uint32
+	if counts {
+		c = h.counts
+	}
+	h.mu.Unlock()
+	if !counts {
+		return st
+	}
+	for i, n := range c {
 		if n == 0 {
 			continue
 		}
@@ -65,7 +79,6 @@ func (h *busyHist) stats() BusyHistStats {
 		}
 		st.Counts[strconv.Itoa(i)] = n
 	}
-	st.Over = h.over
 	return st
 }
 

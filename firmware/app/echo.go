@@ -69,12 +69,12 @@ func newEchoService(rate, burst int, now func() time.Time) *echoService {
 	return &echoService{rate: float64(rate), burst: float64(burst), now: now, peers: map[netip.Addr]*bucket{}}
 }
 
-func (e *echoService) stats() EchoStats {
+func (e *echoService) stats(busy bool) EchoStats {
 	if e == nil {
 		return EchoStats{}
 	}
 	return EchoStats{Rate: int(e.rate), Burst: int(e.burst), Answered: e.answered.Load(), RefusedPort: e.refusedPort.Load(),
-		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load(), Busy: e.busy.stats()}
+		RateLimited: e.rateLimited.Load(), Peers: e.npeers.Load(), Busy: e.busy.stats(busy)}
 }
 
 // echoFrames is what a datagram of n payload bytes costs: the full-size

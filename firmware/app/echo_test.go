@@ -69,7 +69,7 @@ func TestEchoRefusesDatagramServicePorts(t *testing.T) {
 		if !nothingQueued(bad) {
 			t.Fatalf("datagram from port %d was answered", port)
 		}
-		if st := r.srv.svc.echo.stats(); st.RefusedPort != int64(i+1) {
+		if st := r.srv.svc.echo.stats(true); st.RefusedPort != int64(i+1) {
 			t.Fatalf("after port %d: stats %+v, want %d refused", port, st, i+1)
 		}
 	}
@@ -97,7 +97,7 @@ func TestEchoRateLimitedPerPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "20 datagrams over the burst counted", func() bool { return r.srv.svc.echo.stats().RateLimited == 20 })
+	eventually(t, "20 datagrams over the burst counted", func() bool { return r.srv.svc.echo.stats(true).RateLimited == 20 })
 	if !nothingQueued(hog) {
 		t.Fatal("a datagram over the burst was answered")
 	}
@@ -113,7 +113,7 @@ func TestEchoRateLimitedPerPeer(t *testing.T) {
 	now = now.Add(500 * time.Millisecond)
 	mu.Unlock()
 	roundTrip(t, hog, []byte("again"))
-	if st := r.srv.svc.echo.stats(); st.Answered != 7 || st.RateLimited != 20 || st.Peers != 2 {
+	if st := r.srv.svc.echo.stats(true); st.Answered != 7 || st.RateLimited != 20 || st.Peers != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -163,7 +163,7 @@ func TestEchoLimitCountsFrames(t *testing.T) {
 	if _, err := c.Write(big); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the third 8192-byte datagram limited", func() bool { return r.srv.svc.echo.stats().RateLimited == 1 })
+	eventually(t, "the third 8192-byte datagram limited", func() bool { return r.srv.svc.echo.stats(true).RateLimited == 1 })
 	if !nothingQueued(c) {
 		t.Fatal("a third 8192-byte datagram was answered within a burst of 12 frames")
 	}

@@ -141,7 +141,7 @@ func TestEchoRecordsBusy(t *testing.T) {
 	for i := range 20 {
 		roundTrip(t, c, []byte{byte(i)})
 	}
-	if n := histCount(r.srv.svc.echo.stats().Busy); n != 19 {
+	if n := histCount(r.srv.svc.echo.stats(true).Busy); n != 19 {
 		t.Fatalf("UDP echo busy samples %d, want 19", n)
 	}
 }
@@ -153,7 +153,7 @@ func TestBusyHistBuckets(t *testing.T) {
 	for _, ns := range []int64{0, 999, 1000, 2500, busyBuckets * busyBucketNs, -5} {
 		h.add(ns)
 	}
-	st := h.stats()
+	st := h.stats(true)
 	if st.Counts["0"] != 2 || st.Counts["1"] != 1 || st.Counts["2"] != 1 || st.Over != 1 || len(st.Counts) != 3 {
 		t.Fatalf("%+v", st)
 	}

@@ -167,6 +167,6 @@ func TestHostilePeerWithinBudget(t *testing.T) {
 	wg.Wait()
 	st := &r.srv.svc
 	if st.source.badRequests.Load() == 0 || st.echo.rateLimited.Load() == 0 {
-		t.Errorf("the attack did not reach the limits: source %+v echo %+v", st.source.stats(), st.echo.stats())
+		t.Errorf("the attack did not reach the limits: source %+v echo %+v", st.source.stats(), st.echo.stats(true))
 	}
 }

@@ -370,9 +370,12 @@ type LimitStats struct {
 	Closing CloseStats `json:"closing"`
 }
 
-func (s *Server) limitStats() LimitStats {
+// limitStats returns the services' limits and counters; busy adds the
+// echoes' busy-time histogram counts (GET /stats?busy=1 with the control
+// token).
+func (s *Server) limitStats(busy bool) LimitStats {
 	return LimitStats{Sink: s.svc.sink.stats(), Source: s.svc.source.stats(), HTTP: s.svc.http.stats(),
-		Echo: s.svc.echo.stats(), TCPEcho: s.svc.tcpEcho.stats(), TCPEchoBusy: s.svc.tcpEchoBusy.stats(), Closing: s.closeStats()}
+		Echo: s.svc.echo.stats(busy), TCPEcho: s.svc.tcpEcho.stats(), TCPEchoBusy: s.svc.tcpEchoBusy.stats(busy), Closing: s.closeStats()}
 }
 
 // closeStats returns the reaper's counters.

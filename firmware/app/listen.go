@@ -66,7 +66,7 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, er
 	if sndBuf <= 0 {
 		sndBuf = TCPSendBufferSize
 	}
-	return &tcpListener{ep: ep, wq: wq, sndBuf: int64(sndBuf), reap: s.reaper(), closed: make(chan struct{})}, nil
+	return &tcpListener{ep: ep, wq: wq, rcvBuf: int64(rcvBuf), sndBuf: int64(sndBuf), reap: s.reaper(), closed: make(chan struct{})}, nil
 }
 
 // tcpListener is gonet's TCPListener whose Accept sets each accepted
@@ -74,6 +74,7 @@ func (s *Server) listenTCPBuf(port uint16, rcvBuf, sndBuf int) (net.Listener, er
 type tcpListener struct {
 	ep     tcpip.Endpoint
 	wq     *waiter.Queue
+	rcvBuf int64 // 0: the stack's default
 	sndBuf int64
 	reap   *reaper
 	once   sync.Once
@@ -93,6 +94,14 @@ func (l *tcpListener) Accept() (net.Conn, error) {
 			// up to the stack's maximum (the source's 1 MiB), past what
 			// the budget counts (a review found 1 MiB orphans).
 			n.SocketOptions().SetSendBufferSize(l.sndBuf, true)
+			if l.rcvBuf > 0 {
+				// The listener's size reaches the connection without the
+				// flag that stops gVisor's receive-buffer auto-tuning
+				// (accept.go): a peer that sends fast grew the echo's
+				// 16 KiB towards the stack's 512 KiB maximum (a review
+				// measured 164 KiB).
+				n.SocketOptions().SetReceiveBufferSize(l.rcvBuf, true)
+			}
 			return &tcpConn{TCPConn: gonet.NewTCPConn(wq, n), ep: n, r: l.reap}, nil
 		}
 		if _, ok := err.(*tcpip.ErrWouldBlock); !ok {

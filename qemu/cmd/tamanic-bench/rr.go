@@ -304,7 +304,13 @@ var rrHTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxId
 // rrStats fetches /stats through rrHTTP (GET, which Go's client retries
 // on a kept-alive connection found closed).
 func rrStats(m *qemu.Ports) (map[string]any, error) {
-	r, err := rrHTTP.Get(fmt.Sprintf("http://127.0.0.1:%d/stats", m.HTTPPort))
+	// The echoes' busy histograms come with ?busy=1 and the token only.
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats?busy=1", m.HTTPPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+qemu.ControlToken)
+	r, err := rrHTTP.Do(req)
 	if err != nil {
 		return nil, err
 	}
