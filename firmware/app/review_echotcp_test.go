@@ -1,6 +1,9 @@
 package app
 
 import (
+	"encoding/json"
+	"io"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,5 +71,54 @@ func TestReviewTCPEchoReceiveBufferBounded(t *testing.T) {
 	if sz > echoBufferSize || q > echoBufferSize {
 		t.Fatalf("TCP echo connection: receive buffer %d KiB, %d KiB held unread; Budget counts %d KiB",
 			sz>>10, q>>10, echoBufferSize>>10)
+	}
+}
+
+// statsBody returns GET /stats's body.
+func statsBody(t *testing.T, r *limitsRig) []byte {
+	t.Helper()
+	resp, err := r.httpClient().Get("http://board/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestReviewStatsBusyHistBounded: the busy histograms are 16 KiB each in
+// fixedBuffers, but /stats renders every non-empty bucket of both as a
+// map[string]uint32 and JSON, under the histogram's lock. They are
+// cumulative since boot, never reset: after enough answers of varied cost
+// (any peer's traffic in between varies it) most of the 4096 buckets are
+// non-empty, and each GET /stats (open to anyone, HTTPMaxConns of them at
+// once, each held for WriteTimeout by a peer that does not read) then
+// builds two 4096-entry maps and a JSON body of ~100 KiB, where Budget
+// gives an HTTP place 8 KiB beyond its headers and TCP buffers.
+func TestReviewStatsBusyHistBounded(t *testing.T) {
+	r := newLimitsRig(t, Limits{})
+	base := len(statsBody(t, r))
+	for _, h := range []*busyHist{&r.srv.svc.echo.busy, &r.srv.svc.tcpEchoBusy} {
+		h.mu.Lock()
+		for i := range h.counts {
+			h.counts[i] = 1<<32 - 1 // a long uptime's counts
+		}
+		h.mu.Unlock()
+	}
+	full := len(statsBody(t, r))
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	st := r.srv.limitStats()
+	b, _ := json.Marshal(st)
+	runtime.ReadMemStats(&ms1)
+	alloc := ms1.TotalAlloc - ms0.TotalAlloc
+	t.Logf("/stats %d bytes before, %d with full histograms; limitStats+Marshal allocates %d KiB (JSON %d KiB)",
+		base, full, alloc>>10, len(b)>>10)
+	if grow := full - base; grow > 8<<10 {
+		t.Fatalf("/stats grew by %d KiB with the busy histograms full (%d KiB allocated per request); Budget gives an HTTP place 8 KiB for its answer",
+			grow>>10, alloc>>10)
 	}
 }
