@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 // echoServerConn returns the server's side of the TCP echo's only place.
@@ -121,4 +122,89 @@ func TestReviewStatsBusyHistBounded(t *testing.T) {
 		t.Fatalf("/stats grew by %d KiB with the busy histograms full (%d KiB allocated per request); Budget gives an HTTP place 8 KiB for its answer",
 			grow>>10, alloc>>10)
 	}
+}
+
+// TestReviewCloseWakesBlockedWrite: Close now clears the connection's
+// deadlines before closing. A Close from another goroutine (an eviction,
+// iperf3 ending a test) while a Write is blocked on a peer that does not
+// read must still end that Write: if the endpoint's Close did not wake it,
+// the cleared deadline would leave the writer blocked for ever. Both
+// paths: given up (Abort) and not (the reaper's linger).
+func TestReviewCloseWakesBlockedWrite(t *testing.T) {
+	for _, gu := range []bool{false, true} {
+		r := newLimitsRig(t, Limits{})
+		ln, err := r.srv.listenTCPBuf(6001, 0, 16<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		r.dial(t, 6001) // never reads
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			s.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			b := make([]byte, 64<<10)
+			for {
+				if _, err := s.Write(b); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(500 * time.Millisecond) // blocked on the closed window
+		start := time.Now()
+		if gu {
+			giveUp(s)
+		}
+		s.Close()
+		select {
+		case err := <-done:
+			t.Logf("given up %v: Write ended after %v: %v", gu, time.Since(start), err)
+			if time.Since(start) > time.Second {
+				t.Errorf("given up %v: Write ended only after %v (its old deadline), not at Close", gu, time.Since(start))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("given up %v: a Write blocked when Close cleared its deadline never ended", gu)
+		}
+	}
+}
+
+// TestReviewTCPEchoLifetimeEndsSlowReader: a peer that reads its echo
+// slowly (1 KiB every 20 ms) keeps every write of the echo short of
+// the idle timeout, and the echo is mostly blocked in Write: the lifetime
+// still ends the connection on time (the write deadline is the lifetime's
+// when it is nearer), counted as expired, not idle.
+func TestReviewTCPEchoLifetimeEndsSlowReader(t *testing.T) {
+	r := newLimitsRig(t, Limits{IdleTimeout: 1500 * time.Millisecond, EchoLifetime: 2500 * time.Millisecond})
+	// The client's own buffers small, so that the echo's writes block.
+	crb := tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: 16 << 10, Max: 16 << 10}
+	if err := r.client.SetTransportProtocolOption(tcp.ProtocolNumber, &crb); err != nil {
+		t.Fatal(err)
+	}
+	c := r.dial(t, EchoPort)
+	start := time.Now()
+	go func() {
+		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		c.Write(make([]byte, 1<<20))
+	}()
+	b := make([]byte, 1024)
+	var got int
+	for {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.ReadFull(c, b)
+		got += n
+		if err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := time.Since(start)
+	t.Logf("closed after %v, %d KiB echoed; tcp_echo %+v", d, got>>10, r.srv.svc.tcpEcho.stats())
+	if d > 3500*time.Millisecond || d < 2400*time.Millisecond {
+		t.Fatalf("a slow reader's echo closed after %v; lifetime 2.5 s", d)
+	}
+	eventually(t, "the expiry counted", func() bool { return r.srv.svc.tcpEcho.expired.Load() == 1 })
 }
