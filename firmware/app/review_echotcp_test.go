@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -207,4 +208,34 @@ func TestReviewTCPEchoLifetimeEndsSlowReader(t *testing.T) {
 		t.Fatalf("a slow reader's echo closed after %v; lifetime 2.5 s", d)
 	}
 	eventually(t, "the expiry counted", func() bool { return r.srv.svc.tcpEcho.expired.Load() == 1 })
+}
+
+// TestReviewTCPEchoTwoPlacesShared: at Split's floor of 2 echo places
+// (peerMax 2: one peer may take both), a second peer is still served, by
+// evicting the first peer's oldest, and the first cannot take it back.
+func TestReviewTCPEchoTwoPlacesShared(t *testing.T) {
+	r := newLimitsRig(t, Limits{EchoMaxConns: 2})
+	hog := r.peer(t, 1)
+	var hogs []net.Conn
+	for i := range 2 {
+		c, err := r.dialFrom(t, hog, EchoPort)
+		if err != nil {
+			t.Fatalf("hog connection %d: %v", i, err)
+		}
+		tcpRoundTrip(t, c, []byte("hog"))
+		hogs = append(hogs, c)
+	}
+	other := r.dial(t, EchoPort)
+	tcpRoundTrip(t, other, []byte("second peer"))
+	closedByServer(t, hogs[0], "the hog's oldest")
+	again, err := r.dialFrom(t, hog, EchoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedByServer(t, again, "the hog's reconnection")
+	tcpRoundTrip(t, other, []byte("still served"))
+	tcpRoundTrip(t, hogs[1], []byte("hog still served"))
+	if st := r.srv.svc.tcpEcho.stats(); st.Evicted != 1 || st.Refused != 1 || st.Active != 2 {
+		t.Fatalf("tcp_echo %+v", st)
+	}
 }
