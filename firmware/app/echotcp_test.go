@@ -2,8 +2,11 @@ package app
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -48,7 +51,11 @@ func TestTCPEchoEchoes(t *testing.T) {
 	if st.Limits.TCPEcho.Accepted != 1 || st.Limits.TCPEcho.Active != 1 || st.Limits.TCPEcho.Max != DefaultLimits.EchoMaxConns {
 		t.Fatalf("/stats limits.tcp_echo %+v", st.Limits.TCPEcho)
 	}
-	h := st.Limits.TCPEchoBusy
+	if h := st.Limits.TCPEchoBusy; len(h.Counts) != 0 || h.BucketNs != busyBucketNs {
+		t.Fatalf("/stats without the token rendered the busy histogram's counts: %+v", h)
+	}
+	// With ?busy=1 and the token (what tamanic-bench -rr reads).
+	h := r.srv.limitStats(true).TCPEchoBusy
 	// 100 small answers, the first only a mark; the big block is
 	// answered in one or more writes.
 	if n := histCount(h); n < 99 || h.BucketNs != busyBucketNs {
@@ -156,5 +163,35 @@ func TestBusyHistBuckets(t *testing.T) {
 	st := h.stats(true)
 	if st.Counts["0"] != 2 || st.Counts["1"] != 1 || st.Counts["2"] != 1 || st.Over != 1 || len(st.Counts) != 3 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// TestStatsBusyNeedsToken: GET /stats renders the echoes' busy-time
+// histogram counts only with ?busy=1 and the control token.
+func TestStatsBusyNeedsToken(t *testing.T) {
+	if BuildControlToken != "" {
+		t.Skip("test binary linked with a control token")
+	}
+	r := newLimitsRig(t, Limits{})
+	r.srv.svc.tcpEchoBusy.add(5000)
+	r.srv.ControlToken = "secret"
+	for _, c := range []struct {
+		url, auth string
+		counts    bool
+	}{{"/stats", "", false}, {"/stats?busy=1", "", false}, {"/stats?busy=1", "Bearer wrong", false},
+		{"/stats", "Bearer secret", false}, {"/stats?busy=1", "Bearer secret", true}} {
+		req := httptest.NewRequest(http.MethodGet, c.url, nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		w := httptest.NewRecorder()
+		r.srv.stats(w, req)
+		var st Stats
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != 200 {
+			t.Fatalf("%s %q: %d %v", c.url, c.auth, w.Code, err)
+		}
+		if got := len(st.Limits.TCPEchoBusy.Counts) > 0; got != c.counts {
+			t.Errorf("%s %q: counts rendered %v, want %v", c.url, c.auth, got, c.counts)
+		}
 	}
 }
