@@ -148,6 +148,9 @@ func TestEchoRecordsBusy(t *testing.T) {
 	for i := range 20 {
 		roundTrip(t, c, []byte{byte(i)})
 	}
+	// The echo records an answer after sending it: the last one may land
+	// just after the client has it.
+	eventually(t, "19 UDP echo busy samples", func() bool { return histCount(r.srv.svc.echo.stats(true).Busy) == 19 })
 	if n := histCount(r.srv.svc.echo.stats(true).Busy); n != 19 {
 		t.Fatalf("UDP echo busy samples %d, want 19", n)
 	}
