@@ -59,12 +59,12 @@ cat <<MSG
 ==     qemu-system-x86_64 ... -netdev socket,id=cx,connect=127.0.0.1:$CXPORT -device e1000,netdev=cx
 ==   (give it 10.0.3.2/24), or any program speaking the framing (the Go test's peer: qemu.NewWirePeer).
 == ENET1 (QEMU user network, DHCP lease 10.0.0.1): curl http://127.0.0.1:$HTTPPORT/stats
-==   (nic.connectx reports the ConnectX); sink 127.0.0.1:$SINKPORT, source 127.0.0.1:$SOURCEPORT, echo udp 127.0.0.1:$ECHOPORT, iperf3 127.0.0.1:$IPERFPORT
+==   (nic.connectx reports the ConnectX); sink 127.0.0.1:$SINKPORT, source 127.0.0.1:$SOURCEPORT, echo udp and tcp 127.0.0.1:$ECHOPORT, iperf3 127.0.0.1:$IPERFPORT
 == Ctrl-C stops QEMU and the model.
 MSG
 tail -n +1 -f "$DIR/cxsim.log" &
 TAILPID=$!
-fwd="hostfwd=tcp:127.0.0.1:$SINKPORT-10.0.0.1:5001,hostfwd=tcp:127.0.0.1:$SOURCEPORT-10.0.0.1:5002,hostfwd=tcp:127.0.0.1:$HTTPPORT-10.0.0.1:80,hostfwd=udp:127.0.0.1:$ECHOPORT-10.0.0.1:7,hostfwd=tcp:127.0.0.1:$IPERFPORT-10.0.0.1:5201,hostfwd=udp:127.0.0.1:$IPERFPORT-10.0.0.1:5201"
+fwd="hostfwd=tcp:127.0.0.1:$SINKPORT-10.0.0.1:5001,hostfwd=tcp:127.0.0.1:$SOURCEPORT-10.0.0.1:5002,hostfwd=tcp:127.0.0.1:$HTTPPORT-10.0.0.1:80,hostfwd=udp:127.0.0.1:$ECHOPORT-10.0.0.1:7,hostfwd=tcp:127.0.0.1:$ECHOPORT-10.0.0.1:7,hostfwd=tcp:127.0.0.1:$IPERFPORT-10.0.0.1:5201,hostfwd=udp:127.0.0.1:$IPERFPORT-10.0.0.1:5201"
 qemu-system-arm -machine mcimx7d-sabre -cpu cortex-a7 -m 1G \
 	-nographic -monitor none -serial stdio \
 	-nic "user,model=imx.enet,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1,$fwd" \
