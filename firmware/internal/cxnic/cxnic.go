@@ -188,3 +188,9 @@ func Add(n *app.Network, o Options, open func() (Card, error), boot time.Time) (
 		in.ip, m[0], m[1], m[2], m[3], m[4], m[5], nic.Link(), card.Transport, card.BDF, card.BAR0, nic.Caps().MaxLSO, o.Mode)
 	return c, nil
 }
+
+// Registers implements app.RegisterDumper for GET /debug/regs on the
+// ConnectX (registerGroups).
+func (c *Controls) Registers() []app.RegisterGroup { return registerGroups(c.card.NIC) }
+
+var _ app.RegisterDumper = (*Controls)(nil)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/netstack"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -142,4 +143,18 @@ func serve(n *app.Network, o Options, ep stack.LinkEndpoint, mac [6]byte, ctl ap
 		ip = a.String()
 	}
 	return iface{net: e, ip: ip}, nil
+}
+
+// registerGroups is GET /debug/regs on the ConnectX: its init segment,
+// health buffer and health counter (connectx.NIC.Registers), named as in
+// Linux's mlx5 device.h.
+func registerGroups(n *connectx.NIC) []app.RegisterGroup {
+	if n == nil {
+		return []app.RegisterGroup{{Block: "connectx", Error: "no ConnectX"}}
+	}
+	g := app.RegisterGroup{Block: "connectx"}
+	for _, r := range n.Registers() {
+		g.Regs = append(g.Regs, app.Register(r))
+	}
+	return []app.RegisterGroup{g}
 }
