@@ -324,14 +324,19 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(st)
 }
 
+// controlToken is the image's control token ("" when it has none).
+func (s *Server) controlToken() string {
+	if s.ControlToken != "" {
+		return s.ControlToken
+	}
+	return BuildControlToken
+}
+
 // tokenOK reports whether r carries the image's control token (never
 // when the image has none), compared in constant time; it answers
 // nothing.
 func (s *Server) tokenOK(r *http.Request) bool {
-	tok := s.ControlToken
-	if tok == "" {
-		tok = BuildControlToken
-	}
+	tok := s.controlToken()
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return tok != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1
 }
@@ -340,16 +345,11 @@ func (s *Server) tokenOK(r *http.Request) bool {
 // in constant time, and answers the request itself when it fails: 403 when
 // the image has no token (the control port is closed), 401 otherwise.
 func (s *Server) authorised(w http.ResponseWriter, r *http.Request) bool {
-	tok := s.ControlToken
-	if tok == "" {
-		tok = BuildControlToken
-	}
-	if tok == "" {
+	if s.controlToken() == "" {
 		http.Error(w, "control port closed: this image was built without a control token (make firmware CONTROL_TOKEN=...)", http.StatusForbidden)
 		return false
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+	if !s.tokenOK(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tamanic"`)
 		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
 		return false
