@@ -144,7 +144,7 @@ fuzz:
 	  done; \
 	done
 
-## bench: the README's figures: host benchmarks summarised with benchstat, then the QEMU comparison
+## bench: the figures in README.md and docs/figures.md: host benchmarks summarised with benchstat, then the QEMU comparison
 ## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile; on the mx6ullevk request/response,
 ## TCP_RR and UDP_RR with the baseline and a copybreak sweep: -rr, about 2 min), all in build/bench/report.md
 BENCHSIZE  ?= 33554432

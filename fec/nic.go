@@ -75,7 +75,7 @@ type Config struct {
 }
 
 // DefaultCopybreak is the RX copybreak default, chosen with
-// BenchmarkRxCopybreak (see the README).
+// BenchmarkRxCopybreak (figures in docs/figures.md).
 const DefaultCopybreak = 512
 
 // Errors.

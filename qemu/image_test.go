@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// maxImage is the largest .bin the README promises (issue 29: the images
+// maxImage is the largest .bin the README and docs/boards.md promise (issue 29: the images
 // had carried Go's 32 MiB FIPS entropy buffer as zeros).
 const maxImage = 12 << 20
 
