@@ -38,4 +38,3 @@ func TestModelSelfLoopbackBlocked(t *testing.T) {
 		}
 	}
 }
-
