@@ -241,3 +241,27 @@ func TestSelfTestSmallRxRing(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfTestCommandFails: a loopback the card refuses to set up is an
+// error, never a pass, and leaves nothing changed: MODIFY_TIR refused
+// after the vport's loopback was turned on turns it off again.
+func TestSelfTestCommandFails(t *testing.T) {
+	for _, op := range []uint16{connectx.OpModifyTIR, connectx.OpModifyNICVportCtx} {
+		r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+		r.Model.SetFaults(connectxtest.Faults{FailOp: op, FailStatus: 0x03})
+		res, err := r.NIC.SelfTest(connectx.SelfTestOptions{})
+		if err == nil || len(res) != 0 {
+			t.Errorf("op %#x refused: results %v, error %v", op, res, err)
+		}
+		r.Model.SetFaults(connectxtest.Faults{})
+		uc, mc, tirs := r.Model.LocalLoopback()
+		if uc || mc {
+			t.Errorf("op %#x refused: vport loopback left uc %v mc %v", op, uc, mc)
+		}
+		for tir, b := range tirs {
+			if b != 0 {
+				t.Errorf("op %#x refused: TIR %#x self_lb_block %d", op, tir, b)
+			}
+		}
+	}
+}
