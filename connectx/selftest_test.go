@@ -203,15 +203,15 @@ func TestSelfTestReceiveError(t *testing.T) {
 	}
 }
 
-// TestSelfTestSmallRxRing: with fewer receive buffers than the sg mode
-// has frames (16 against 19), and with some of them held by the stack
+// TestSelfTestSmallRxRing: with the smallest rings (32 WQEBBs, fewer
+// receive buffers than the sg mode has frames: 16 against 19), and with some of them held by the stack
 // (the endpoint may keep frames across a run-time self-test), every
 // frame still comes back: the test sends no faster than the buffers the
 // card has posted are taken, and sizes its LSO packet by them (a review
 // of this self-test found frames lost to RxNoBuffer).
 func TestSelfTestSmallRxRing(t *testing.T) {
 	for _, held := range []int{0, 5} {
-		r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.RxRing = 16 }})
+		r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.RxRing, c.TxRing = 16, 32 }})
 		var keep []interface{ Release() error }
 		for i := 0; i < held; i++ {
 			f := make([]byte, 60)
