@@ -441,6 +441,11 @@ func (n *NIC) queryCaps() error {
 		return fmt.Errorf("connectx: max_wqe_sz_sq %d bytes, the driver needs %d", sz, 4*WQEBB)
 	}
 	n.sq.maxDS = min(maxDS, n.caps.MaxSQWQEBBs*WQEBB/DSSize)
+	// disable_local_lb_uc / _mc: cmd_hca_cap bits 0x3E1, 0x3E2 (byte
+	// 0x7C bits 30, 29), which Linux checks before it changes the vport's
+	// local loopback (vport.c mlx5_nic_vport_update_local_lb).
+	n.caps.LocalLBUC = be32(gen, 0x7C)&capLocalLBUC != 0
+	n.caps.LocalLBMC = be32(gen, 0x7C)&capLocalLBMC != 0
 	out, err = n.exec(newIn(OpQueryHCACap, 1<<1|1, 0x10), 0x1010)
 	if err != nil {
 		return fmt.Errorf("connectx: QUERY_HCA_CAP Ethernet offloads: %w", err)

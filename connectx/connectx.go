@@ -156,6 +156,13 @@ type Caps struct {
 	// caps' max_wqe_sz_sq (bytes) / 64, at most 16 (Linux
 	// mlx5e_get_max_sq_wqebbs).
 	MaxSQWQEBBs int
+	// LocalLBUC and LocalLBMC: the firmware lets the driver turn the
+	// vport's unicast and multicast local loopback on and off (general
+	// caps disable_local_lb_uc, disable_local_lb_mc; Linux
+	// mlx5_nic_vport_update_local_lb). Without them it cannot be
+	// changed.
+	LocalLBUC bool
+	LocalLBMC bool
 }
 
 // objects are the numbers the card gave the driver's objects.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -57,6 +58,18 @@ func cosim(t *testing.T) (*Machine, *CXSim, *WirePeer) {
 	t.Logf("command: %s", m.CommandLine())
 	if !strings.Contains(m.Console(), "CONNECTX ip="+CXGuest+"/24") || !strings.Contains(m.Console(), "transport=ivshmem") {
 		t.Fatalf("no CONNECTX line on the console:\n%s\ncxsim:\n%s", m.Console(), sim.Output())
+	}
+	// The ConnectX's loopback self-test ran at boot, before its endpoint,
+	// through the model's vport local loopback (connectx.NIC.SelfTest).
+	for _, l := range strings.Split(m.Console(), "\n") {
+		if strings.HasPrefix(l, "SELFTEST cx0 ") {
+			t.Logf("%s", l)
+		}
+	}
+	for _, want := range []string{"SELFTEST cx0 mode=sg frames=19 ok ", "SELFTEST cx0 mode=lso frames=46 ok "} {
+		if !strings.Contains(m.Console(), want) {
+			t.Errorf("no %q line on the console:\n%s\ncxsim:\n%s", want, m.Console(), sim.Output())
+		}
 	}
 	peer, err := NewWirePeer(sim.Addr, netip.MustParsePrefix(CXPeer+"/24"))
 	if err != nil {
@@ -112,6 +125,7 @@ func TestConnectXCosim(t *testing.T) {
 			n = 16 << 20
 		}
 	}
+	cxSelfTest(t, cx)
 	var lso0 float64
 	for _, mode := range []string{"tso", "sg"} {
 		if err := cx.SetMode(mode, 0); err != nil {
@@ -472,5 +486,37 @@ func TestMakefileCXIP(t *testing.T) {
 		if c.want == "" && strings.Contains(string(out), "main.CXIP") {
 			t.Errorf("make firmware %s sets CXIP:\n%s", c.arg, out)
 		}
+	}
+}
+
+// cxSelfTest runs the ConnectX's self-test at run time (POST /selftest
+// on its own services, with the control token) while the endpoint is up:
+// it must pass, and /stats must show it as the last run.
+func cxSelfTest(t *testing.T, cx *Ports) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/selftest", cx.HTTPPort), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ControlToken)
+	resp, err := cx.client().Do(req)
+	if err != nil {
+		t.Fatalf("POST /selftest: %v", err)
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		When     string           `json:"when"`
+		Failures int              `json:"failures"`
+		Results  []map[string]any `json:"results"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /selftest: %s %v", resp.Status, err)
+	}
+	if rep.Failures != 0 || len(rep.Results) != 2 || rep.When != "run time" {
+		t.Errorf("POST /selftest: %+v", rep)
+	}
+	st, ok := cxStats(t, cx)["selftest"].(map[string]any)
+	if !ok || st["when"] != "run time" || st["failures"] != 0.0 {
+		t.Errorf("/stats nic.selftest after POST /selftest: %v", st)
 	}
 }

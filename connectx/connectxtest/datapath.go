@@ -166,6 +166,7 @@ func (m *Model) processSQ(sqn uint32, q *wq, db []byte) {
 			m.violation("SQ %#x record %d is more than a ring ahead of the card (%d)", sqn, pc, q.ci)
 			return
 		}
+		m.txTD = m.tises[q.tis] // the sender's transport domain (loopback.go)
 		n, cqe, werr := m.execWQE(sqn, q, size)
 		if werr != nil {
 			m.stats.TxWQEErrors++
@@ -263,6 +264,12 @@ func (m *Model) execWQE(sqn uint32, q *wq, size uint32) (uint32, []byte, *wqeErr
 		if err := m.mem.DeviceRead(dma.Addr(addr), p); err != nil {
 			return 0, nil, errf(synProt, "data segment %#x+%d: %v", addr, bc, err)
 		}
+		if m.faults.DropSegment > 0 && off > (1+inlDS)*16 {
+			// Faults.DropSegment: a data segment after the first is
+			// skipped, as if the WQE had never carried it.
+			m.faults.DropSegment--
+			continue
+		}
 		frame = append(frame, p...)
 	}
 	if need := m.minInline(frame); ihs < need {
@@ -309,21 +316,6 @@ func (m *Model) minInline(f []byte) int {
 		}
 	}
 	return min(need, len(f))
-}
-
-func (m *Model) emit(f []byte) {
-	if len(f) < 60 {
-		f = append(f, make([]byte, 60-len(f))...) // the MAC pads runts
-	}
-	if !m.adminUp {
-		// PAOS admin status down: the port sends nothing (the WQE still
-		// completes; the frame never reaches the wire).
-		m.stats.TxPortDown++
-		return
-	}
-	m.stats.TxFrames++
-	m.stats.TxBytes += len(f)
-	m.out = append(m.out, f)
 }
 
 // csum inserts the checksums cs_flags ask for, computed from scratch.
@@ -419,6 +411,15 @@ func (m *Model) lso(f []byte, ihs, mss int, flags uint8, maxFrame int) *wqeError
 func (m *Model) Deliver(frame []byte) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.deliverLocked(frame, false, 0)
+}
+
+// deliverLocked steers frame to the root flow table's TIR and its RQ:
+// from the wire, or (looped) transmitted by this function, kind saying
+// unicast or multicast (tirSelfLB*): the TIR, in the transport domain of
+// the function's TISes, takes it only when its self_lb_block has that
+// bit (loopback.go).
+func (m *Model) deliverLocked(frame []byte, looped bool, kind uint8) bool {
 	if !m.busMaster() || !m.inited || m.torn {
 		m.stats.RxNoSteering++
 		return false
@@ -428,7 +429,14 @@ func (m *Model) Deliver(frame []byte) bool {
 	if ok {
 		rq = m.rqs[m.tirs[fe.tir][0]]
 	}
-	if !m.adminUp {
+	if looped && rq != nil {
+		if m.tirs[fe.tir][1] == m.txTD && m.tirLB[fe.tir]&kind == 0 {
+			m.stats.RxSelfLBBlocked++ // self loopback not allowed by the TIR
+			return false
+		}
+		m.stats.RxLoopback++
+	}
+	if !m.adminUp && !looped {
 		m.stats.RxPortDown++ // PAOS admin status down: the port takes nothing
 		return false
 	}
@@ -570,7 +578,13 @@ func (m *Model) rxVerdict(f []byte, cqe []byte) {
 		return
 	}
 	cqe[0x1C] |= 0x02
-	if ok, checked := pkt.TransportOK(f, &h); ok && checked {
+	ok, checked := pkt.TransportOK(f, &h)
+	if checked && m.faults.WrongVerdict > 0 {
+		// Faults.WrongVerdict: the L4 verdict turned over.
+		m.faults.WrongVerdict--
+		ok = !ok
+	}
+	if ok && checked {
 		cqe[0x1C] |= 0x04
 	}
 }

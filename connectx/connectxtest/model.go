@@ -67,6 +67,15 @@ type Options struct {
 	// PortMaxMTU is the port's largest MTU, PMTU max_mtu (hardware MTU,
 	// FCS included; default 9978).
 	PortMaxMTU int
+	// LocalLoopback starts with the vport's local loopback on
+	// (disable_uc_local_lb and disable_mc_local_lb clear); by default
+	// both are set (loopback.go).
+	LocalLoopback bool
+	// NoLocalLBCap reports neither disable_local_lb_uc nor
+	// disable_local_lb_mc in the general caps: the vport's local
+	// loopback cannot be changed (MODIFY_NIC_VPORT_CONTEXT refuses the
+	// fields) and is on, whatever LocalLoopback says.
+	NoLocalLBCap bool
 }
 
 // WQEInlineL2 asks for wqe_inline_mode 0 (MLX5_CAP_INLINE_MODE_L2) in
@@ -127,6 +136,12 @@ type Faults struct {
 	// default an error: Linux pads with NOPs, and whether silicon wraps is
 	// UNCONFIRMED).
 	AllowWrap bool
+	// WrongVerdict turns over the TCP/UDP checksum verdict (CQE L4_OK)
+	// of the next WrongVerdict received frames that have one.
+	WrongVerdict int
+	// DropSegment skips the next DropSegment send data segments that
+	// follow another in their WQE: the frame goes out without the bytes.
+	DropSegment int
 }
 
 // Stats are the model's counters.
@@ -154,6 +169,10 @@ type Stats struct {
 	// DMABlocked counts send doorbells the card could not act on because
 	// Bus Master Enable was off when it came to fetch the WQEs.
 	DMABlocked int
+	// TxLoopback counts the transmitted frames the vport looped back to
+	// itself (loopback.go), RxLoopback those its TIR took, and
+	// RxSelfLBBlocked those the TIR's self_lb_block kept out.
+	TxLoopback, RxLoopback, RxSelfLBBlocked int
 }
 
 // Command statuses (device.h MLX5_CMD_STAT_*), delivery statuses (cmd.c).
@@ -265,6 +284,12 @@ type Model struct {
 	lateFlush []lateCQE
 	rxScr     []byte
 	txScr     []byte
+	// vportLB is nic_vport_context dword 0's disable_mc_local_lb and
+	// disable_uc_local_lb; tirLB each TIR's self_lb_block; txTD the
+	// transport domain of the SQ whose WQE runs (loopback.go).
+	vportLB uint32
+	tirLB   map[uint32]uint8
+	txTD    uint32
 }
 
 // New returns a powered-up model: firmware initializing, nothing enabled.
@@ -322,6 +347,11 @@ func (m *Model) reset() {
 	m.tirs, m.fts, m.fgs, m.ftes = map[uint32][2]uint32{}, map[uint32]uint32{}, map[uint32]fgroup{}, map[[2]uint32]fte{}
 	m.root = 0
 	m.lateFlush = nil
+	m.tirLB = map[uint32]uint8{}
+	m.vportLB = vportDisableUC | vportDisableMC
+	if m.opts.LocalLoopback || m.opts.NoLocalLBCap {
+		m.vportLB = 0
+	}
 }
 
 func (m *Model) violation(format string, a ...any) {

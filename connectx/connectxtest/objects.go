@@ -128,7 +128,7 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 		return stOK, 0
 	case 0x754: // QUERY_NIC_VPORT_CONTEXT
 		c := out[0x10:]
-		set32(c, 0, uint32(m.opts.MinInlineMode)<<24)
+		set32(c, 0, uint32(m.opts.MinInlineMode)<<24|m.vportLB)
 		set32(c, 0x24, m.mtu)
 		set32(c, 0xF0, m.promisc)
 		mac := m.opts.MAC
@@ -137,10 +137,23 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 		return stOK, 0
 	case 0x755: // MODIFY_NIC_VPORT_CONTEXT
 		fs := u32(in, 0x0C)
-		if fs&^(1<<6|1<<4) != 0 {
+		allowed := uint32(1<<6 | 1<<4)
+		if m.lbCaps()&capDisableLBUC != 0 {
+			allowed |= fsDisableUC
+		}
+		if m.lbCaps()&capDisableLBMC != 0 {
+			allowed |= fsDisableMC
+		}
+		if fs&^allowed != 0 {
 			return stBadParam, fs
 		}
 		c := in[0x100:]
+		if fs&fsDisableUC != 0 {
+			m.vportLB = m.vportLB&^vportDisableUC | u32(c, 0)&vportDisableUC
+		}
+		if fs&fsDisableMC != 0 {
+			m.vportLB = m.vportLB&^vportDisableMC | u32(c, 0)&vportDisableMC
+		}
 		if fs&(1<<6) != 0 {
 			mtu := u32(c, 0x24) & 0xFFFF
 			if mtu < 68 || mtu > 9978 {
@@ -238,6 +251,7 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 		}
 		n := m.alloc()
 		m.tirs[n] = [2]uint32{rqn, td}
+		m.tirLB[n] = uint8(bitsAt(in, 0x44, 25, 24))
 		set32(out, 0x08, n)
 		return stOK, 0
 	case 0x902:
@@ -250,7 +264,10 @@ func (m *Model) object(op, opmod uint16, in, out []byte) (uint8, uint32) {
 			}
 		}
 		delete(m.tirs, id)
+		delete(m.tirLB, id)
 		return stOK, 0
+	case 0x901: // MODIFY_TIR
+		return m.modifyTIR(in)
 	}
 	return m.flow(op, opmod, in, out)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/firmware/app"
 	"github.com/tamanic/tamanic/firmware/internal/cxnic"
+	"github.com/tamanic/tamanic/firmware/internal/fwmain"
 	"github.com/tamanic/tamanic/pcie"
 )
 
@@ -46,7 +47,7 @@ func addConnectX(n *app.Network, rc *pcie.RC, boot time.Time) (*cxnic.Controls, 
 		return nil, fmt.Errorf("connectx: %w", err)
 	}
 	return cxnic.Add(n, cxnic.Options{NIC: cxNIC, Net: cfg, Mode: CXMode, Clock: mcimx7d.Nanotime, Idle: mcimx7d.IdleNanoseconds,
-		Limits: app.DefaultLimits.Split(Interfaces)},
+		Limits: app.DefaultLimits.Split(Interfaces), SelfTest: fwmain.SelfTest},
 		func() (cxnic.Card, error) {
 			nic, w, err := mcimx7d.ConnectX(rc, d, transport, bar, connectx.Config{CmdTimeout: cxnic.CmdTimeout})
 			if err != nil {

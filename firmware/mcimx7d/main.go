@@ -22,7 +22,10 @@
 //
 // When a ConnectX function (Mellanox 15b3, the mlx5 device IDs) is on the
 // bus, or QEMU's ivshmem-plain (1af4:1110) whose BAR2 is a ConnectX BAR0
-// served by tamanic-cxsim, it becomes NIC 3, polled, with its own address,
+// served by tamanic-cxsim, it becomes NIC 3, polled, after its loopback
+// self-test through the vport's local loopback (connectx.NIC.SelfTest:
+// "SELFTEST cx0 mode=sg|lso ..." lines, nic.connectx.selftest in /stats,
+// POST /selftest on its services; skipped with SELFTEST=off), with its own address,
 // taken by DHCP in the same way, and services; /stats reports it under
 // nic.connectx, with its transport, and its lease under ipv4.interfaces
 // ("CONNECTX ip=... transport=..." on the console once it has its address,

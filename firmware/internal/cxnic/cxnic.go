@@ -61,6 +61,8 @@ type Controls struct {
 	HWTSOMode
 	card    Card
 	ep      *netstack.Endpoint
+	dev     *Device
+	self    *selfTests
 	health  atomic.Uint32 // last health counter read
 	stalled atomic.Bool
 	misses  atomic.Int32
@@ -78,13 +80,17 @@ type Stats struct {
 	Driver    connectx.Stats `json:"driver"`
 	Endpoint  netstack.Stats `json:"endpoint"`
 	Mode      string         `json:"mode"`
+	// SelfTest is the loopback self-test at boot or the last run since
+	// (POST /selftest); its Counts are in Driver's counters, not the
+	// endpoint's.
+	SelfTest *SelfTestReport `json:"selftest"`
 }
 
 // Stats returns the /stats member.
 func (c *Controls) Stats() any {
 	n := c.card.NIC
 	s := Stats{Transport: c.card.Transport, BAR0: c.card.BAR0, Health: "ok", Counter: c.health.Load(),
-		Caps: n.Caps(), Driver: n.Stats(), Endpoint: c.ep.Stats()}
+		Caps: n.Caps(), Driver: n.Stats(), Endpoint: c.ep.Stats(), SelfTest: c.self.snapshot()}
 	s.Mode, _ = c.Mode()
 	if c.stalled.Load() {
 		s.Health = "stalled"
@@ -169,12 +175,22 @@ func Add(n *app.Network, o Options, open func() (Card, error), boot time.Time) (
 			err = fmt.Errorf("%w (and closing the card: %v)", err, cerr)
 		}
 	}()
-	ep, err := netstack.New(netstack.Options{Device: nic, TSO: true, AckFilter: true, GRO: true,
+	// The loopback self-test, before the endpoint exists (it receives
+	// from the NIC itself), unless the build says SELFTEST=off.
+	self := &selfTests{console: os.Stdout}
+	if o.SelfTest == "off" {
+		self.skip()
+	} else {
+		res, counts, err := nic.SelfTestCounted(connectx.SelfTestOptions{})
+		self.record(res, counts, err, "boot")
+	}
+	dev := &Device{NIC: nic}
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true,
 		PollInterval: 500 * time.Microsecond, Clock: o.Clock})
 	if err != nil {
 		return nil, err
 	}
-	c := &Controls{HWTSOMode: HWTSOMode{Name: "connectx", EP: ep, Idle: o.Idle}, card: card, ep: ep}
+	c := &Controls{HWTSOMode: HWTSOMode{Name: "connectx", EP: ep, Idle: o.Idle}, card: card, ep: ep, dev: dev, self: self}
 	if err := c.SetMode(o.Mode, nil); err != nil {
 		return nil, err
 	}
@@ -193,4 +209,15 @@ func Add(n *app.Network, o Options, open func() (Card, error), boot time.Time) (
 // ConnectX (registerGroups).
 func (c *Controls) Registers() []app.RegisterGroup { return registerGroups(c.card.NIC) }
 
-var _ app.RegisterDumper = (*Controls)(nil)
+// SelfTest implements app.SelfTester for POST /selftest on the
+// ConnectX: its loopback self-test now, the endpoint kept off the NIC
+// meanwhile (Device.SelfTest), with the same console lines as at boot.
+func (c *Controls) SelfTest() (any, error) {
+	res, counts, err := c.dev.SelfTest(connectx.SelfTestOptions{})
+	return c.self.record(res, counts, err, "run time"), nil
+}
+
+var (
+	_ app.RegisterDumper = (*Controls)(nil)
+	_ app.SelfTester     = (*Controls)(nil)
+)

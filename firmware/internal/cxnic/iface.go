@@ -80,6 +80,9 @@ type Options struct {
 	// prints the CONNECTX line (0: app.DefaultDHCPWait); the client keeps
 	// trying after it.
 	LeaseWait time.Duration
+	// SelfTest is the build's self-test switch (fwmain.SelfTest): "off"
+	// skips the loopback self-test at boot (connectx.NIC.SelfTest).
+	SelfTest string
 }
 
 // iface is the interface's IPv4 configuration and services.
