@@ -29,6 +29,12 @@ func TestCacheModelCostEstimate(t *testing.T) {
 			t.Errorf("%s: doubling adds %v, halving removes %v", n, d, h)
 		}
 	}
+	// The clock: nanosecond constants scale with it, cycle ones do not.
+	f := k.Scaled("MHz", 2)
+	if f.MHz != 2000 || f.DRAMRead != 200 || f.DRAMWrite != 100 || f.Uncached != 400 || f.Device != 600 ||
+		f.CPI != k.CPI || f.L2Hit != k.L2Hit || f.Maint != k.Maint {
+		t.Errorf("MHz x2: %+v", f)
+	}
 	runs := []CostRun{{Dir: "tx", Mode: "bounce", Cache: c}, {Dir: "tx", Mode: "sg", Cache: CacheCounts{"insns": 1000}}}
 	var b strings.Builder
 	Sensitivity(&b, k, runs, "bounce", "sg")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/tamanic/tamanic/qemu"
@@ -30,8 +31,10 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		return errors.New("cache report: no run has cache model counts (tamanic-cost -cache -json)")
 	}
 	fmt.Fprintf(w, "\n### Silicon cost estimate (cache model, issue 30)\n\n`%s`\n\n", command)
-	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | CPU load at line rate |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "Medians of the runs of each mode (with several runs: the lowest–highest estimate beside it); × sg: the estimate over the sg row of the same SoC and direction; invalidated dirty lines: the invalidate-address check (DCIMVAC or the PL310's invalidate of a line holding data the CPU wrote and did not clean, which silicon may discard; want 0).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | × sg | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | invalidated dirty lines/MiB | CPU load at line rate |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	bySoC := map[string][]qemu.CostRun{}
 	var socs []string
 	for _, k := range order {
@@ -41,10 +44,22 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		if k.dir == "rx" {
 			dir = "host→guest"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %.2f M | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
-			qemu.CacheSoCs[k.soc].Name, dir, k.mode, c["insns"]/1e6, m.Cycles/1e6, c["l1_read_miss"], c["l2_read_miss"],
+		est := fmt.Sprintf("%.2f M", m.Cycles/1e6)
+		if g := groups[k]; len(g) > 1 {
+			lo, hi := g[0].Cycles, g[0].Cycles
+			for _, r := range g {
+				lo, hi = min(lo, r.Cycles), max(hi, r.Cycles)
+			}
+			est += fmt.Sprintf(" (%d runs: %.2f–%.2f)", len(g), lo/1e6, hi/1e6)
+		}
+		xsg := "–"
+		if sg, ok := groups[key{k.soc, k.dir, "sg"}]; ok {
+			xsg = ratio(m.Cycles, medianRun(sg).Cycles)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %.1f | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
+			qemu.CacheSoCs[k.soc].Name, dir, k.mode, c["insns"]/1e6, est, xsg, c["l1_read_miss"], c["l2_read_miss"],
 			c["dram_read"], c["dram_write"], c["unc_read"]+c["unc_write"], c["dev_read"]+c["dev_write"], c.MaintenanceOps(),
-			100*kk.Load(m.Cycles), kk.LineRate/1e6, kk.MHz)
+			c["inv_dirty"], 100*kk.Load(m.Cycles), kk.LineRate/1e6, kk.MHz)
 		if bySoC[k.soc] == nil {
 			socs = append(socs, k.soc)
 		}
@@ -55,7 +70,7 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		fmt.Fprintf(w, "\nSensitivity, %s (estimated cycles per MiB with each constant halved and doubled):\n\n", qemu.CacheSoCs[s].Name)
 		qemu.Sensitivity(w, kk, bySoC[s], "bounce", "sg")
 		fmt.Fprintln(w, "\nConstants and their sources:")
-		for _, n := range append([]string{"MHz", "LineRate"}, qemu.CostConstantNames...) {
+		for _, n := range append([]string{"LineRate"}, qemu.CostConstantNames...) {
 			fmt.Fprintf(w, "- %s = %g: %s\n", n, constantValue(kk, n), kk.Sources[n])
 		}
 	}
@@ -100,5 +115,10 @@ func writeCacheReport(out, command string, args []string) error {
 	if err := cacheReport(&rep, runs, command); err != nil {
 		return err
 	}
+	png := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
+	if err := drawCachePlot(runs, png); err != nil {
+		return err
+	}
+	fmt.Fprintf(&rep, "\nPlot: %s (estimated cycles per MiB and CPU load at line rate, per SoC, mode and direction).\n", filepath.Base(png))
 	return publish("cache report", out, rep.String())
 }

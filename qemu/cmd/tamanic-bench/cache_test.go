@@ -25,7 +25,7 @@ func TestCacheModelReport(t *testing.T) {
 	// Median bounce: 21 M instructions + 30000 L1 misses x 19 cycles.
 	cyc := 21e6*k.CPI + 30000*k.L2Hit
 	load := cyc * (100e6 / 8 / (1 << 20)) / (900e6)
-	for _, want := range []string{"| guest→host | bounce | 21.00 M | 21.57 M | 30000 |", "`cmd`", "28.6% at 100 Mbit/s, 900 MHz"} {
+	for _, want := range []string{"| guest→host | bounce | 21.00 M | 21.57 M (3 runs: 20.57–22.57) | 1.12 | 30000 |", "| guest→host | sg | 19.00 M | 19.19 M | 1.00 | 10000 |", "`cmd`", "28.6% at 100 Mbit/s, 900 MHz"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
