@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tamanic/tamanic/pcie"
 )
 
 // CostRun is one transfer measured by tamanic-cost (its -json output): the
@@ -89,6 +91,12 @@ type CacheSoC struct {
 	// operations do not reach; its own registers at PL310Base maintain it.
 	Outer     bool
 	PL310Base uint64
+	// DeviceWindows are physical ranges counted as device accesses
+	// even where QEMU backs them with RAM: the PCIe outbound memory
+	// window, where the ConnectX co-simulation's BAR is an ivshmem-plain
+	// RAM BAR but on silicon is the device's memory space behind the
+	// root complex.
+	DeviceWindows [][2]uint64
 	// WriteAllocate: whether a store miss allocates. TamaGo maps RAM
 	// (and the boards remap the DMA buffers) with TEX=000 C=1 B=1:
 	// "Outer and Inner Write-Back, no Write-Allocate" (ARM Architecture
@@ -130,7 +138,8 @@ var CacheSoCs = map[string]CacheSoC{
 	"imx6ull": {Name: "i.MX6ULL (Cortex-A7, L2 128 KiB)",
 		L1: CacheLevel{32 << 10, 4, 64, "lru"}, L2: CacheLevel{128 << 10, 8, 64, "lru"}},
 	"imx7d": {Name: "i.MX7D (Cortex-A7, L2 512 KiB)",
-		L1: CacheLevel{32 << 10, 4, 64, "lru"}, L2: CacheLevel{512 << 10, 8, 64, "lru"}},
+		L1: CacheLevel{32 << 10, 4, 64, "lru"}, L2: CacheLevel{512 << 10, 8, 64, "lru"},
+		DeviceWindows: [][2]uint64{{pcie.IMX7D.MemBase, pcie.IMX7D.MemBase + pcie.IMX7D.MemSize}}},
 	"imx6q": {Name: "i.MX6Q (Cortex-A9, PL310 1 MiB)",
 		L1: CacheLevel{32 << 10, 4, 32, "random"}, L2: CacheLevel{1 << 20, 16, 32, "rr"},
 		Outer: true, PL310Base: 0x00A02000},
@@ -348,6 +357,9 @@ func newCachePlugin(dir, elfPath, board string, mm MemoryMap, needRoutines bool,
 		// mirror_line, mirror_sync).
 		p.args = append(p.args, "pl310mirror=1")
 	}
+	for _, r := range p.SoC.DeviceWindows {
+		p.args = append(p.args, fmt.Sprintf("io=%#x-%#x", r[0], r[1]))
+	}
 	for _, r := range mm.Cacheable() {
 		if r[1] > r[0] {
 			p.args = append(p.args, fmt.Sprintf("wb=%#x-%#x", r[0], r[1]))
@@ -392,8 +404,26 @@ func (p *CachePlugin) SetWriteAllocate(on bool) {
 // QEMUArgs are the arguments loading the plugin, with the guest's RAM
 // (ramSize bytes, the board's -m) in the shared backend file.
 func (p *CachePlugin) QEMUArgs(ramSize string) []string {
-	return []string{"-object", "memory-backend-file,id=tamanic-ram,size=" + ramSize + ",mem-path=" + p.ram + ",share=on",
-		"-machine", "memory-backend=tamanic-ram", "-plugin", strings.Join(append([]string{p.so}, p.args...), ",")}
+	return append([]string{"-object", "memory-backend-file,id=tamanic-ram,size=" + ramSize + ",mem-path=" + p.ram + ",share=on",
+		"-machine", "memory-backend=tamanic-ram"}, p.PluginArgs()...)
+}
+
+// UseRAMFile makes the plugin read the guest's RAM from path, a backend
+// file another part of the command line already shares (the ConnectX
+// co-simulation's, CosimArgs), instead of its own.
+func (p *CachePlugin) UseRAMFile(path string) {
+	os.Remove(p.ram)
+	for i, a := range p.args {
+		if strings.HasPrefix(a, "ram=") {
+			p.args[i] = fmt.Sprintf("ram=%s@%#x", path, p.Map.RAMStart)
+		}
+	}
+	p.ram = path
+}
+
+// PluginArgs are the arguments loading the plugin alone (with UseRAMFile).
+func (p *CachePlugin) PluginArgs() []string {
+	return []string{"-plugin", strings.Join(append([]string{p.so}, p.args...), ",")}
 }
 
 // Close removes the shared RAM file (after QEMU has stopped).

@@ -31,7 +31,7 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		return errors.New("cache report: no run has cache model counts (tamanic-cost -cache -json)")
 	}
 	fmt.Fprintf(w, "\n### Silicon cost estimate (cache model, issue 30)\n\n`%s`\n\n", command)
-	fmt.Fprintln(w, "Medians of the runs of each mode (with several runs: the lowest–highest estimate beside it); × sg: the estimate over the sg row of the same SoC and direction; invalidated dirty lines: the invalidate-address check (DCIMVAC or the PL310's invalidate of a line holding data the CPU wrote and did not clean, which silicon may discard; want 0).")
+	fmt.Fprintln(w, "Medians of the runs of each mode (with several runs: the lowest–highest estimate beside it); × sg: the estimate over the sg row of the same SoC, direction and NIC (ENET rows and TamaGo's driver against the ENET's sg, the 82574L's against e1000e-sg, the ConnectX's against cx-sg); invalidated dirty lines: the invalidate-address check (DCIMVAC or the PL310's invalidate of a line holding data the CPU wrote and did not clean, which silicon may discard; want 0).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | × sg | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | invalidated dirty lines/MiB | CPU load at line rate |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -53,7 +53,7 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 			est += fmt.Sprintf(" (%d runs: %.2f–%.2f)", len(g), lo/1e6, hi/1e6)
 		}
 		xsg := "–"
-		if sg, ok := groups[key{k.soc, k.dir, "sg"}]; ok {
+		if sg, ok := groups[key{k.soc, k.dir, sgOf(k.mode)}]; ok {
 			xsg = ratio(m.Cycles, medianRun(sg).Cycles)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %.1f | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
@@ -75,6 +75,16 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		}
 	}
 	return nil
+}
+
+// sgOf is the scatter-gather mode of mode's NIC: e1000e-sg for the
+// 82574L's modes, cx-sg for the ConnectX's, sg otherwise (the ENET's,
+// and TamaGo's driver, which drives the same ENET).
+func sgOf(mode string) string {
+	if nic, _, ok := strings.Cut(mode, "-"); ok {
+		return nic + "-sg"
+	}
+	return "sg"
 }
 
 // medianRun returns the run with the median estimate.

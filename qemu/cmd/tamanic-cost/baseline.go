@@ -37,3 +37,27 @@ func buildBaseline(ctx context.Context, root, dir, board string) (string, error)
 	}
 	return elf, nil
 }
+
+// startCosim builds and starts tamanic-cxsim (the ConnectX model) on files
+// in a new directory (on /dev/shm when there is one), as tamanic-bench's
+// co-simulated boots do; the caller passes qemu.CosimArgs(dir) to QEMU.
+func startCosim(ctx context.Context, root, out string) (*qemu.CXSim, string, error) {
+	bin, err := qemu.BuildCXSim(ctx, root, out)
+	if err != nil {
+		return nil, "", err
+	}
+	base := ""
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		base = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(base, "tamanic-cost-cosim-")
+	if err != nil {
+		return nil, "", err
+	}
+	sim, err := qemu.StartCXSim(bin, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", fmt.Errorf("cosim: %w", err)
+	}
+	return sim, dir, nil
+}

@@ -49,6 +49,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,32 +105,49 @@ func main() {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fail(err)
 	}
+	list := strings.Split(*cfgs, ",")
+	// The 82574L's modes (e1000e-sg, e1000e-tso, on the mcimx7d) run on
+	// the e1000e, which the boot adds on its own user network; the
+	// ConnectX's (cx-sg, cx-tso) on the co-simulated ConnectX
+	// (tamanic-cxsim), which needs a boot of its own (one function
+	// behind QEMU's root port) and its static address (CosimXFlags).
+	e1k, cx := false, false
+	for _, c := range list {
+		e1k = e1k || strings.Contains(c, ":e1000e-")
+		cx = cx || strings.Contains(c, ":cx-")
+	}
+	if (e1k || cx) && *board != "mcimx7d" || e1k && cx {
+		fail(fmt.Errorf("the e1000e- and cx- modes run on the mcimx7d, in separate runs"))
+	}
 	var elf string
 	var err error
-	if *baseline {
+	switch {
+	case *baseline:
 		elf, err = buildBaseline(ctx, root, dir, *board)
-	} else {
+	case cx:
+		elf, err = qemu.Build(ctx, root, dir, *board, qemu.CosimXFlags...)
+	default:
 		elf, err = qemu.Build(ctx, root, dir, *board)
 	}
 	if err != nil {
 		fail(err)
 	}
-	list := strings.Split(*cfgs, ",")
-	// The 82574L's modes (e1000e-sg, e1000e-tso, on the mcimx7d) run on
-	// the e1000e, which the boot adds on its own user network.
-	e1k := false
-	for _, c := range list {
-		if strings.Contains(c, ":e1000e-") {
-			e1k = true
-		}
-	}
 	var args []string
+	var sim *qemu.CXSim
+	var cosimDir string
+	if cx {
+		if sim, cosimDir, err = startCosim(ctx, root, dir); err != nil {
+			fail(err)
+		}
+		atExit = append(atExit, func() { sim.Kill(); os.RemoveAll(cosimDir) })
+		args = append(args, qemu.CosimArgs(cosimDir)...)
+	}
 	var pr *profiler
 	if *iprof > 0 {
 		if pr, err = newProfiler(dir, elf, *callers); err != nil {
 			fail(err)
 		}
-		args = pr.qemuArgs()
+		args = append(args, pr.qemuArgs()...)
 	}
 	var cp *qemu.CachePlugin
 	var soc string
@@ -150,7 +168,12 @@ func main() {
 		if *writeAllocate {
 			cp.SetWriteAllocate(true)
 		}
-		args = append(args, cp.QEMUArgs(ramSize(*board))...)
+		if cx { // the co-simulation shares the guest's RAM already
+			cp.UseRAMFile(filepath.Join(cosimDir, "ram"))
+			args = append(args, cp.PluginArgs()...)
+		} else {
+			args = append(args, cp.QEMUArgs(ramSize(*board))...)
+		}
 	}
 	m, err := qemu.Boot(ctx, qemu.Options{ELF: elf, Board: *board, Icount: true, E1000E: e1k, Args: args})
 	if err != nil {
@@ -167,6 +190,18 @@ func main() {
 			fail(fmt.Errorf("board %s: no e1000e for the e1000e- modes", *board))
 		}
 		if err := m.E1000E.SetSinkHash(false); err != nil {
+			fail(err)
+		}
+	}
+	var cxPorts *qemu.Ports
+	var peer *qemu.WirePeer
+	if cx {
+		if peer, err = qemu.NewWirePeer(sim.Addr, netip.MustParsePrefix(qemu.CXPeer+"/24")); err != nil {
+			fail(err)
+		}
+		atExit = append(atExit, peer.Close)
+		cxPorts = peer.Ports(qemu.CXGuest)
+		if err := cxPorts.SetSinkHash(false); err != nil {
 			fail(err)
 		}
 	}
@@ -190,6 +225,9 @@ func main() {
 		mode := f[1]
 		if strings.HasPrefix(mode, "e1000e-") {
 			port, mode = m.E1000E, strings.TrimPrefix(mode, "e1000e-")
+		}
+		if strings.HasPrefix(mode, "cx-") {
+			port, mode = cxPorts, strings.TrimPrefix(mode, "cx-")
 		}
 		if *baseline != (f[1] == baselineMode) {
 			fail(fmt.Errorf("transfer %q: the %s mode is the baseline firmware's (-baseline), and its only one", c, baselineMode))
@@ -283,6 +321,19 @@ func main() {
 				}
 				pr.report(os.Stdout, before, after, mib, *iprof)
 			}
+		}
+	}
+	if cx {
+		peer.Close()
+		m.Stop()
+		stats, err := sim.Stop()
+		os.RemoveAll(cosimDir)
+		if err != nil {
+			fail(fmt.Errorf("tamanic-cxsim: %w", err))
+		}
+		fmt.Printf("# tamanic-cxsim: %s\n", stats)
+		if v := sim.Violations(); len(v) > 0 {
+			fail(fmt.Errorf("tamanic-cxsim reported:\n%s", strings.Join(v, "\n")))
 		}
 	}
 	if cp != nil && len(measured) > 0 {

@@ -26,6 +26,11 @@
  *   mva=KIND@LO-HI   a by-MVA maintenance routine of the firmware: KIND is
  *                    clean, inv, cleaninv (every line of [start, end)) or
  *                    invrange (partial lines cleaned and invalidated)
+ *   io=LO-HI         a physical range counted as device registers even
+ *                    where QEMU backs it with RAM (the ConnectX
+ *                    co-simulation's BAR, an ivshmem-plain RAM BAR, in
+ *                    the PCIe outbound window: device memory on silicon);
+ *                    tested on the virtual address (TamaGo maps 1:1)
  *   pl310=BASE       the PL310 register block's physical address
  *   pl310mirror=1    add what dma.TwoLevel does on silicon with a PL310
  *                    to each by-MVA routine (for QEMU 7.2's sabrelite,
@@ -502,6 +507,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char out[512], req[600];
 static uint64_t wblo[MAXRANGES], wbhi[MAXRANGES];
 static int nwb;
+static uint64_t iolo[MAXRANGES], iohi[MAXRANGES];
+static int nio;
 static uint64_t rlo[MAXRANGES], rhi[MAXRANGES];
 static int rkind[MAXRANGES], nroutines;
 static uint64_t marks[MAXRANGES];
@@ -596,6 +603,11 @@ static void mem(unsigned int vcpu, qemu_plugin_meminfo_t info, uint64_t vaddr, v
 		return;
 	}
 	uint64_t pa = qemu_plugin_hwaddr_phys_addr(hw);
+	for (int i = 0; i < nio; i++)
+		if (vaddr >= iolo[i] && vaddr < iohi[i]) {
+			model.c[st ? C_dev_write : C_dev_read]++;
+			return;
+		}
 	if (qemu_plugin_hwaddr_is_io(hw)) {
 		model.c[st ? C_dev_write : C_dev_read]++;
 		if (st && pa >= pl310 && pa < pl310 + 0x1000) {
@@ -806,6 +818,9 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 		} else if (!strncmp(a, "wb=", 3) && nwb < MAXRANGES) {
 			if (parse_range(a + 3, &wblo[nwb], &wbhi[nwb])) return -1;
 			nwb++;
+		} else if (!strncmp(a, "io=", 3) && nio < MAXRANGES) {
+			if (parse_range(a + 3, &iolo[nio], &iohi[nio])) return -1;
+			nio++;
 		} else if (!strncmp(a, "ram=", 4)) {
 			if (parse_ram(a + 4)) return -1;
 		} else if (!strncmp(a, "mva=", 4) && nroutines < MAXRANGES) {
