@@ -130,7 +130,8 @@ type CacheSoC struct {
 //
 // i.MX7D: two Cortex-A7 with 32 KB L1 data caches and a shared 512 KB L2
 // (i.MX 7Dual Applications Processor Reference Manual rev. 1, 1.2
-// "Features"; the Cortex-A7 MPCore's L2 is configurable 128 KB to 1 MB,
+// "Features", and its data sheet IMX7DCEC; the text was not re-read this
+// session; the Cortex-A7 MPCore's L2 is configurable 128 KB to 1 MB,
 // TRM r0p5 1.3 "Configurable options"); the L1 and L2 geometry and policy
 // are the Cortex-A7's as for the i.MX6ULL. One core runs the firmware, so
 // the model has one L1.

@@ -58,6 +58,17 @@ func TestCacheModelReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
+	// A 0 covers only what the model placed: unplaced maintenance is
+	// named beside it.
+	un := mk7("e1000e-sg", 20e6, 0)
+	un.Cache["mva_unknown"] = 3
+	b.Reset()
+	if err := cacheReport(&b, []qemu.CostRun{un}, "cmd"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| 0.0 (3.0 operations or accesses not placed: unchecked) |") {
+		t.Errorf("a row with unplaced maintenance reports its check as complete:\n%s", b.String())
+	}
 	if err := cacheReport(&b, []qemu.CostRun{{Dir: "tx", Mode: "sg"}}, "cmd"); err == nil {
 		t.Error("runs without cache counts made a report")
 	}
