@@ -650,16 +650,40 @@ func (k CostConstants) Load(cyclesPerMiB float64) float64 {
 	return cyclesPerMiB * (k.LineRate / 8 / (1 << 20)) / (k.MHz * 1e6)
 }
 
+// SensitivityPairs are the ratios of two modes' estimates a sensitivity
+// table shows, per direction, where both modes ran: bounce against sg,
+// TamaGo's driver against sg on the same ENET, and the 82574L's and the
+// ConnectX's segmentation offload against their scatter-gather.
+var SensitivityPairs = [][2]string{{"bounce", "sg"}, {"tamago", "sg"}, {"e1000e-tso", "e1000e-sg"}, {"cx-tso", "cx-sg"}}
+
 // Sensitivity writes, for each constant halved and doubled, every run's
-// estimated cycles per MiB and the ratio of the two named modes' estimates
-// (num/den, e.g. bounce/sg) per direction, as a Markdown table. runs hold
-// counts per MiB.
-func Sensitivity(w io.Writer, k CostConstants, runs []CostRun, num, den string) {
-	fmt.Fprintf(w, "| constant | factor | %s | %s/%s tx | %s/%s rx | CPU load at line rate, lowest–highest |\n|---|---|", runLabels(runs), num, den, num, den)
+// estimated cycles per MiB, the ratio of each pair of modes' estimates
+// (num/den, e.g. bounce/sg) per direction for the pairs of which both
+// modes ran, and the range of the runs' CPU load at line rate, as a
+// Markdown table. runs hold counts per MiB.
+func Sensitivity(w io.Writer, k CostConstants, runs []CostRun, pairs ...[2]string) {
+	ran := map[string]bool{}
+	for _, r := range runs {
+		ran[r.Mode] = true
+	}
+	var shown [][2]string
+	for _, p := range pairs {
+		if ran[p[0]] && ran[p[1]] {
+			shown = append(shown, p)
+		}
+	}
+	fmt.Fprintf(w, "| constant | factor | %s |", runLabels(runs))
+	for _, p := range shown {
+		fmt.Fprintf(w, " %s/%s tx | %s/%s rx |", p[0], p[1], p[0], p[1])
+	}
+	fmt.Fprint(w, " CPU load at line rate, lowest–highest |\n|---|---|")
 	for range runs {
 		fmt.Fprint(w, "---|")
 	}
-	fmt.Fprintln(w, "---|---|---|")
+	for range shown {
+		fmt.Fprint(w, "---|---|")
+	}
+	fmt.Fprintln(w, "---|")
 	row := func(name string, f float64, kk CostConstants) {
 		fmt.Fprintf(w, "| %s | %g |", name, f)
 		est := map[string]float64{}
@@ -670,11 +694,13 @@ func Sensitivity(w io.Writer, k CostConstants, runs []CostRun, num, den string) 
 			fmt.Fprintf(w, " %.2f M |", c/1e6)
 			lo, hi = math.Min(lo, kk.Load(c)), math.Max(hi, kk.Load(c))
 		}
-		for _, d := range []string{"tx", "rx"} {
-			if a, b := est[d+":"+num], est[d+":"+den]; a > 0 && b > 0 {
-				fmt.Fprintf(w, " %.3f |", a/b)
-			} else {
-				fmt.Fprint(w, " - |")
+		for _, p := range shown {
+			for _, d := range []string{"tx", "rx"} {
+				if a, b := est[d+":"+p[0]], est[d+":"+p[1]]; a > 0 && b > 0 {
+					fmt.Fprintf(w, " %.3f |", a/b)
+				} else {
+					fmt.Fprint(w, " - |")
+				}
 			}
 		}
 		fmt.Fprintf(w, " %.1f–%.1f%% at %.0f MHz |\n", 100*lo, 100*hi, kk.MHz)

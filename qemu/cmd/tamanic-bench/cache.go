@@ -68,7 +68,7 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 	for _, s := range socs {
 		kk := qemu.SoCCosts[s]
 		fmt.Fprintf(w, "\nSensitivity, %s (estimated cycles per MiB with each constant halved and doubled):\n\n", qemu.CacheSoCs[s].Name)
-		qemu.Sensitivity(w, kk, bySoC[s], "bounce", "sg")
+		qemu.Sensitivity(w, kk, bySoC[s], qemu.SensitivityPairs...)
 		fmt.Fprintln(w, "\nConstants and their sources:")
 		for _, n := range append([]string{"LineRate"}, qemu.CostConstantNames...) {
 			fmt.Fprintf(w, "- %s = %g: %s\n", n, constantValue(kk, n), kk.Sources[n])

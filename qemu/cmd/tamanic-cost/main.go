@@ -341,7 +341,7 @@ func main() {
 	}
 	if cp != nil && len(measured) > 0 {
 		fmt.Printf("\nSensitivity (%s, write-allocate %v; estimated cycles per MiB, each constant halved and doubled):\n\n", cp.SoC.Name, cp.SoC.WriteAllocate)
-		qemu.Sensitivity(os.Stdout, qemu.SoCCosts[soc], measured, "bounce", "sg")
+		qemu.Sensitivity(os.Stdout, qemu.SoCCosts[soc], measured, qemu.SensitivityPairs...)
 	}
 	if *jsonOut != "" {
 		js, _ := json.MarshalIndent(measured, "", "  ")
