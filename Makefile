@@ -163,18 +163,33 @@ BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),
 bench: bench-host bench-qemu bench-cache
 
 ## bench-cache: the silicon cost estimate with caches (issue 30): tamanic-cost -cache on the boards with a
-## cache model (i.MX6ULL and i.MX6Q), every TX mode and the receive path, tabulated with the sensitivity
-## tables into build/bench/cache.md and appended to the report (about 1 min a board)
-CACHEBOARDS = $(filter mx6ullevk sabrelite,$(BENCHBOARDS))
+## cache model: on the i.MX6ULL and i.MX6Q every TX mode and the receive path, on the i.MX6ULL also TamaGo's
+## own driver (the baseline firmware, -baseline), on the i.MX7D the 82574L (e1000e-sg, e1000e-tso) and, in a
+## boot of their own, the co-simulated ConnectX (cx-sg, cx-tso);
+## tabulated with the sensitivity tables into build/bench/cache.md, plotted in build/bench/cache.png and
+## appended to the report (about 4.5 min in all)
+CACHEBOARDS = $(filter mx6ullevk sabrelite mcimx7d,$(BENCHBOARDS))
 CACHECFG   ?= tx:bounce:512,tx:sg:512,tx:tso:512,rx:bounce:512,rx:sg:512,rx:tso:512
+CACHECFG_mcimx7d ?= tx:e1000e-sg:0,tx:e1000e-tso:0,rx:e1000e-tso:0
+CACHECFG_cx ?= tx:cx-sg:0,tx:cx-tso:0,rx:cx-tso:0
+CACHEBASECFG = tx:tamago:0,rx:tamago:0
+CACHERUNS  ?= 1
+CACHEARGS   = -cache -warm -size 8388608 -runs $(CACHERUNS)
 bench-cache:
 	@mkdir -p build/bench
 	@for b in $(CACHEBOARDS); do \
-	  $(GO) run ./qemu/cmd/tamanic-cost -board $$b -cache -warm -size 8388608 -cfg $(CACHECFG) -json build/bench/cache-$$b.json > build/bench/cache-$$b.txt || exit 1; \
+	  cfg=$(CACHECFG); [ $$b = mcimx7d ] && cfg=$(CACHECFG_mcimx7d); \
+	  $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $$cfg -json build/bench/cache-$$b.json > build/bench/cache-$$b.txt || exit 1; \
+	  if [ $$b = mx6ullevk ]; then \
+	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b -baseline $(CACHEARGS) -cfg $(CACHEBASECFG) -json build/bench/cache-$$b-baseline.json > build/bench/cache-$$b-baseline.txt || exit 1; \
+	  fi; \
+	  if [ $$b = mcimx7d ]; then \
+	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $(CACHECFG_cx) -json build/bench/cache-$$b-cx.json > build/bench/cache-$$b-cx.txt || exit 1; \
+	  fi; \
 	done
 	@if [ -n "$(CACHEBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-bench -cache-report build/bench/cache.md \
-	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD -cache -warm -size 8388608 -cfg $(CACHECFG) -json FILE" \
-	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json); fi
+	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD $(CACHEARGS) -cfg CFG -json FILE, CFG $(CACHECFG) (mcimx7d: $(CACHECFG_mcimx7d), then in a co-simulated boot $(CACHECFG_cx)); the baseline: -board mx6ullevk -baseline -cfg $(CACHEBASECFG)" \
+	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json $(if $(filter mx6ullevk,$(b)),build/bench/cache-$(b)-baseline.json) $(if $(filter mcimx7d,$(b)),build/bench/cache-$(b)-cx.json)); fi
 
 bench-qemu:
 	@for b in $(BENCHBOARDS); do \

@@ -29,9 +29,15 @@ func TestCacheModelCostEstimate(t *testing.T) {
 			t.Errorf("%s: doubling adds %v, halving removes %v", n, d, h)
 		}
 	}
+	// The clock: nanosecond constants scale with it, cycle ones do not.
+	f := k.Scaled("MHz", 2)
+	if f.MHz != 2000 || f.DRAMRead != 200 || f.DRAMWrite != 100 || f.Uncached != 400 || f.Device != 600 ||
+		f.CPI != k.CPI || f.L2Hit != k.L2Hit || f.Maint != k.Maint {
+		t.Errorf("MHz x2: %+v", f)
+	}
 	runs := []CostRun{{Dir: "tx", Mode: "bounce", Cache: c}, {Dir: "tx", Mode: "sg", Cache: CacheCounts{"insns": 1000}}}
 	var b strings.Builder
-	Sensitivity(&b, k, runs, "bounce", "sg")
+	Sensitivity(&b, k, runs, SensitivityPairs...)
 	out := b.String()
 	if n := strings.Count(out, "\n"); n != 2+1+2*len(CostConstantNames) {
 		t.Errorf("%d table lines:\n%s", n, out)
@@ -41,5 +47,16 @@ func TestCacheModelCostEstimate(t *testing.T) {
 	}
 	if !strings.Contains(out, "| CPI | 2 | 0.00 M | 0.00 M | 1.810 | - |") {
 		t.Errorf("CPI x2 row missing:\n%s", out)
+	}
+	// A pair is shown where both of its modes ran, and only then.
+	b.Reset()
+	Sensitivity(&b, k, []CostRun{{Dir: "tx", Mode: "e1000e-sg", Cache: c}, {Dir: "tx", Mode: "e1000e-tso", Cache: CacheCounts{"insns": 1000}},
+		{Dir: "rx", Mode: "tamago", Cache: c}}, SensitivityPairs...)
+	head, _, _ := strings.Cut(b.String(), "\n")
+	if !strings.Contains(head, "| e1000e-tso/e1000e-sg tx | e1000e-tso/e1000e-sg rx |") || strings.Contains(head, "bounce/sg") || strings.Contains(head, "tamago/sg") {
+		t.Errorf("ratio columns: %s", head)
+	}
+	if !strings.Contains(b.String(), "| (as cited) | 1 | 0.00 M | 0.00 M | 0.00 M | 0.382 | - |") {
+		t.Errorf("e1000e-tso/e1000e-sg as cited:\n%s", b.String())
 	}
 }

@@ -67,8 +67,8 @@ func TestCacheModelCounts(t *testing.T) {
 	if got := s.Now["insns"]; math.Abs(got-ic) > 0.01*ic {
 		t.Errorf("instructions: cache model %.0f, icprof %.0f (more than 1%% apart)", got, ic)
 	}
-	if len(s.Marks) != 7 {
-		t.Fatalf("%d marks snapshotted, want 7\n%s", len(s.Marks), m.Console())
+	if len(s.Marks) != 8 {
+		t.Fatalf("%d marks snapshotted, want 8\n%s", len(s.Marks), m.Console())
 	}
 	for _, k := range []string{"pa_mismatch", "no_hwaddr", "mva_unknown", "mva_mismatch", "mva_leftover", "marks_dropped"} {
 		if v := s.Now[k]; v != 0 {
@@ -89,7 +89,11 @@ func TestCacheModelCounts(t *testing.T) {
 		{"walk 64 KiB x4", []want{{"l1_read_miss", 4 * 64 << 10 / line}, {"l2_read_miss", 64 << 10 / line}, {"l2_read_hit", 3 * 64 << 10 / line}}},
 		{"dirty and clean 16 KiB", []want{{"l1_read_miss", 16 << 10 / line}, {"dccmvac", 16 << 10 / line}, {"maint_l1_wb", 16 << 10 / line}}},
 		{"clean again", []want{{"dccmvac", 16 << 10 / line}, {"maint_l1_wb", 0}}},
-		{"invalidate range", []want{{"dccimvac", 2}, {"dcimvac", 16<<10/line - 2}}},
+		{"invalidate range", []want{{"dccimvac", 2}, {"dcimvac", 16<<10/line - 2}, {"inv_dirty", 0}}},
+		// The invalidate-address check: every line written and not
+		// cleaned, then invalidated (dirty in L1 only: the reads
+		// filled L2 clean).
+		{"invalidate dirty lines", []want{{"dcimvac", 16 << 10 / line}, {"inv_dirty", 16 << 10 / line}}},
 	}
 	for i, ph := range phases {
 		d := s.Marks[i+1].Sub(s.Marks[i])

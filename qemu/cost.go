@@ -12,12 +12,15 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tamanic/tamanic/pcie"
 )
 
 // CostRun is one transfer measured by tamanic-cost (its -json output): the
@@ -88,6 +91,12 @@ type CacheSoC struct {
 	// operations do not reach; its own registers at PL310Base maintain it.
 	Outer     bool
 	PL310Base uint64
+	// DeviceWindows are physical ranges counted as device accesses
+	// even where QEMU backs them with RAM: the PCIe outbound memory
+	// window, where the ConnectX co-simulation's BAR is an ivshmem-plain
+	// RAM BAR but on silicon is the device's memory space behind the
+	// root complex.
+	DeviceWindows [][2]uint64
 	// WriteAllocate: whether a store miss allocates. TamaGo maps RAM
 	// (and the boards remap the DMA buffers) with TEX=000 C=1 B=1:
 	// "Outer and Inner Write-Back, no Write-Allocate" (ARM Architecture
@@ -118,9 +127,20 @@ type CacheSoC struct {
 // 32-byte lines; board/sabrelite/l2.go checks AUX_CTRL's 16-way bit). Its
 // replacement is round-robin, the AUX_CTRL bit 25 reset value (L2C-310 TRM
 // 3.3.4; UNCONFIRMED this session), which the board does not change.
+//
+// i.MX7D: two Cortex-A7 with 32 KB L1 data caches and a shared 512 KB L2
+// (i.MX 7Dual Applications Processor Reference Manual rev. 1, 1.2
+// "Features", and its data sheet IMX7DCEC; the text was not re-read this
+// session; the Cortex-A7 MPCore's L2 is configurable 128 KB to 1 MB,
+// TRM r0p5 1.3 "Configurable options"); the L1 and L2 geometry and policy
+// are the Cortex-A7's as for the i.MX6ULL. One core runs the firmware, so
+// the model has one L1.
 var CacheSoCs = map[string]CacheSoC{
 	"imx6ull": {Name: "i.MX6ULL (Cortex-A7, L2 128 KiB)",
 		L1: CacheLevel{32 << 10, 4, 64, "lru"}, L2: CacheLevel{128 << 10, 8, 64, "lru"}},
+	"imx7d": {Name: "i.MX7D (Cortex-A7, L2 512 KiB)",
+		L1: CacheLevel{32 << 10, 4, 64, "lru"}, L2: CacheLevel{512 << 10, 8, 64, "lru"},
+		DeviceWindows: [][2]uint64{{pcie.IMX7D.MemBase, pcie.IMX7D.MemBase + pcie.IMX7D.MemSize}}},
 	"imx6q": {Name: "i.MX6Q (Cortex-A9, PL310 1 MiB)",
 		L1: CacheLevel{32 << 10, 4, 32, "random"}, L2: CacheLevel{1 << 20, 16, 32, "rr"},
 		Outer: true, PL310Base: 0x00A02000},
@@ -133,6 +153,8 @@ func BoardSoC(board string) (string, error) {
 		return "imx6ull", nil
 	case "sabrelite":
 		return "imx6q", nil
+	case "mcimx7d":
+		return "imx7d", nil
 	}
 	return "", fmt.Errorf("qemu: no cache model for board %q", board)
 }
@@ -223,11 +245,70 @@ type CachePlugin struct {
 // marks are functions of the image whose every execution snapshots the
 // counters (CacheSnapshot.Marks).
 func NewCachePlugin(root, dir, elfPath, board string, marks ...string) (*CachePlugin, error) {
-	key, err := BoardSoC(board)
+	mm, err := BoardMemoryMap(root, board)
 	if err != nil {
 		return nil, err
 	}
-	mm, err := BoardMemoryMap(root, board)
+	return newCachePlugin(dir, elfPath, board, mm, true, marks)
+}
+
+// NewBaselineCachePlugin prepares the plugin for the baseline firmware
+// (TamaGo's own ENET driver, module baseline/) built for board. Its memory
+// map is TamaGo's, read from the image: arm.(*CPU).initL1Table (tamago
+// v1.26.0 arm/mmu.go) maps [runtime/goos.RamStart, +RamSize) as
+// MemoryRegion (TEX=000 C=1 B=1: Write-Back, no Write-Allocate) and every
+// other section as DeviceRegion (C=0 B=0: strongly ordered, ARMv7 ARM
+// B3.8.2 Table B3-10), among them the DMA region imx6ul's init gives the
+// ENET's rings and buffers (dma.Init(OCRAM_START, OCRAM_SIZE), OCRAM at
+// 0x00900000): the model counts those accesses as uncached. The baseline
+// has no by-MVA maintenance routines (its DMA memory is not cached).
+func NewBaselineCachePlugin(dir, elfPath, board string) (*CachePlugin, error) {
+	start, err := elfWord(elfPath, "runtime/goos.RamStart")
+	if err != nil {
+		return nil, err
+	}
+	size, err := elfWord(elfPath, "runtime/goos.RamSize")
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return nil, fmt.Errorf("qemu: baseline %s: runtime/goos.RamSize is 0", elfPath)
+	}
+	return newCachePlugin(dir, elfPath, board, MemoryMap{RAMStart: start, GoRAMSize: size}, false, nil)
+}
+
+// elfWord reads the initial value of a 32-bit variable of an ELF image.
+func elfWord(path, name string) (uint64, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	ss, err := f.Symbols()
+	if err != nil {
+		return 0, fmt.Errorf("qemu: symbols of %s: %w", path, err)
+	}
+	for _, s := range ss {
+		if s.Name != name {
+			continue
+		}
+		for _, sec := range f.Sections {
+			if s.Value < sec.Addr || s.Value+4 > sec.Addr+sec.Size || sec.Type != elf.SHT_PROGBITS {
+				continue
+			}
+			b := make([]byte, 4)
+			if _, err := sec.ReadAt(b, int64(s.Value-sec.Addr)); err != nil {
+				return 0, fmt.Errorf("qemu: reading %s in %s: %w", name, path, err)
+			}
+			return uint64(f.ByteOrder.Uint32(b)), nil
+		}
+		return 0, fmt.Errorf("qemu: %s in %s is not in an initialised section", name, path)
+	}
+	return 0, fmt.Errorf("qemu: no symbol %s in %s", name, path)
+}
+
+func newCachePlugin(dir, elfPath, board string, mm MemoryMap, needRoutines bool, marks []string) (*CachePlugin, error) {
+	key, err := BoardSoC(board)
 	if err != nil {
 		return nil, err
 	}
@@ -277,11 +358,19 @@ func NewCachePlugin(root, dir, elfPath, board string, marks ...string) (*CachePl
 		// mirror_line, mirror_sync).
 		p.args = append(p.args, "pl310mirror=1")
 	}
+	for _, r := range p.SoC.DeviceWindows {
+		p.args = append(p.args, fmt.Sprintf("io=%#x-%#x", r[0], r[1]))
+	}
 	for _, r := range mm.Cacheable() {
-		p.args = append(p.args, fmt.Sprintf("wb=%#x-%#x", r[0], r[1]))
+		if r[1] > r[0] {
+			p.args = append(p.args, fmt.Sprintf("wb=%#x-%#x", r[0], r[1]))
+		}
 	}
 	for name, kind := range maintenanceRoutines {
 		s, ok := syms[name]
+		if !ok && !needRoutines {
+			continue
+		}
 		if !ok {
 			return nil, fmt.Errorf("qemu: cache model: no %s in %s", name, elfPath)
 		}
@@ -316,8 +405,26 @@ func (p *CachePlugin) SetWriteAllocate(on bool) {
 // QEMUArgs are the arguments loading the plugin, with the guest's RAM
 // (ramSize bytes, the board's -m) in the shared backend file.
 func (p *CachePlugin) QEMUArgs(ramSize string) []string {
-	return []string{"-object", "memory-backend-file,id=tamanic-ram,size=" + ramSize + ",mem-path=" + p.ram + ",share=on",
-		"-machine", "memory-backend=tamanic-ram", "-plugin", strings.Join(append([]string{p.so}, p.args...), ",")}
+	return append([]string{"-object", "memory-backend-file,id=tamanic-ram,size=" + ramSize + ",mem-path=" + p.ram + ",share=on",
+		"-machine", "memory-backend=tamanic-ram"}, p.PluginArgs()...)
+}
+
+// UseRAMFile makes the plugin read the guest's RAM from path, a backend
+// file another part of the command line already shares (the ConnectX
+// co-simulation's, CosimArgs), instead of its own.
+func (p *CachePlugin) UseRAMFile(path string) {
+	os.Remove(p.ram)
+	for i, a := range p.args {
+		if strings.HasPrefix(a, "ram=") {
+			p.args[i] = fmt.Sprintf("ram=%s@%#x", path, p.Map.RAMStart)
+		}
+	}
+	p.ram = path
+}
+
+// PluginArgs are the arguments loading the plugin alone (with UseRAMFile).
+func (p *CachePlugin) PluginArgs() []string {
+	return []string{"-plugin", strings.Join(append([]string{p.so}, p.args...), ",")}
 }
 
 // Close removes the shared RAM file (after QEMU has stopped).
@@ -461,6 +568,8 @@ type CostConstants struct {
 var SoCCosts = map[string]CostConstants{
 	"imx6ull": {MHz: 900, LineRate: 100e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 900, DRAMWrite: 0.068 * 900,
 		Uncached: 0.110 * 900, Device: 0.110 * 900, Maint: 1, Sources: costSources("Cortex-A9 figure (no Cortex-A7 L2 latency found)")},
+	"imx7d": {MHz: 1000, LineRate: 1000e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 1000, DRAMWrite: 0.068 * 1000,
+		Uncached: 0.110 * 1000, Device: 0.110 * 1000, Maint: 1, Sources: imx7dSources()},
 	"imx6q": {MHz: 996, LineRate: 400e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 996, DRAMWrite: 0.068 * 996,
 		Uncached: 0.110 * 996, Device: 0.110 * 996, Maint: 1, Sources: costSources("7-cpu.com Cortex-A9 (Exynos 4210): +19 cycles")},
 }
@@ -479,13 +588,34 @@ func costSources(l2 string) map[string]string {
 	}
 }
 
+// imx7dSources: the i.MX7D's constants are the i.MX6ULL's Cortex-A7
+// figures; its DDR controller (DDRC, DDR3L/LPDDR3) is not the i.MX6's
+// MMDC, and no latency measured on it was found: the same 7-cpu.com
+// nanoseconds are used and marked so.
+func imx7dSources() map[string]string {
+	s := costSources("Cortex-A9 figure (no Cortex-A7 L2 latency found)")
+	s["DRAMRead"] = "7-cpu.com Cortex-A9 (Exynos 4210, LPDDR2-800): +110 ns; not measured on the i.MX7D's DDRC"
+	s["MHz"] = "i.MX7D 1 GHz part (the MCIMX7D-SABRE's; i.MX 7Dual data sheet IMX7DCEC); the firmware does not set the clock"
+	s["LineRate"] = "1 Gbit/s: the 82574L (1000BASE-T) and the i.MX7D's ENET (RGMII)"
+	return s
+}
+
 // CostConstantNames are the constants Scaled knows, in the order tables
-// show them.
-var CostConstantNames = []string{"CPI", "L2Hit", "DRAMRead", "DRAMWrite", "Uncached", "Device", "Maint"}
+// show them. MHz is the core clock: scaling it scales the constants that
+// are nanoseconds converted to cycles (DRAMRead, DRAMWrite, Uncached,
+// Device) with it, not the ones that are core cycles (CPI, L2Hit, Maint),
+// and moves the CPU load at line rate.
+var CostConstantNames = []string{"CPI", "L2Hit", "DRAMRead", "DRAMWrite", "Uncached", "Device", "Maint", "MHz"}
 
 // Scaled returns k with the named constant multiplied by f.
 func (k CostConstants) Scaled(name string, f float64) CostConstants {
 	switch name {
+	case "MHz":
+		k.MHz *= f
+		k.DRAMRead *= f
+		k.DRAMWrite *= f
+		k.Uncached *= f
+		k.Device *= f
 	case "CPI":
 		k.CPI *= f
 	case "L2Hit":
@@ -520,32 +650,60 @@ func (k CostConstants) Load(cyclesPerMiB float64) float64 {
 	return cyclesPerMiB * (k.LineRate / 8 / (1 << 20)) / (k.MHz * 1e6)
 }
 
+// SensitivityPairs are the ratios of two modes' estimates a sensitivity
+// table shows, per direction, where both modes ran: bounce against sg,
+// TamaGo's driver against sg on the same ENET, and the 82574L's and the
+// ConnectX's segmentation offload against their scatter-gather.
+var SensitivityPairs = [][2]string{{"bounce", "sg"}, {"tamago", "sg"}, {"e1000e-tso", "e1000e-sg"}, {"cx-tso", "cx-sg"}}
+
 // Sensitivity writes, for each constant halved and doubled, every run's
-// estimated cycles per MiB and the ratio of the two named modes' estimates
-// (num/den, e.g. bounce/sg) per direction, as a Markdown table. runs hold
-// counts per MiB.
-func Sensitivity(w io.Writer, k CostConstants, runs []CostRun, num, den string) {
-	fmt.Fprintf(w, "| constant | factor | %s | %s/%s tx | %s/%s rx |\n|---|---|", runLabels(runs), num, den, num, den)
+// estimated cycles per MiB, the ratio of each pair of modes' estimates
+// (num/den, e.g. bounce/sg) per direction for the pairs of which both
+// modes ran, and the range of the runs' CPU load at line rate, as a
+// Markdown table. runs hold counts per MiB.
+func Sensitivity(w io.Writer, k CostConstants, runs []CostRun, pairs ...[2]string) {
+	ran := map[string]bool{}
+	for _, r := range runs {
+		ran[r.Mode] = true
+	}
+	var shown [][2]string
+	for _, p := range pairs {
+		if ran[p[0]] && ran[p[1]] {
+			shown = append(shown, p)
+		}
+	}
+	fmt.Fprintf(w, "| constant | factor | %s |", runLabels(runs))
+	for _, p := range shown {
+		fmt.Fprintf(w, " %s/%s tx | %s/%s rx |", p[0], p[1], p[0], p[1])
+	}
+	fmt.Fprint(w, " CPU load at line rate, lowest–highest |\n|---|---|")
 	for range runs {
 		fmt.Fprint(w, "---|")
 	}
-	fmt.Fprintln(w, "---|---|")
+	for range shown {
+		fmt.Fprint(w, "---|---|")
+	}
+	fmt.Fprintln(w, "---|")
 	row := func(name string, f float64, kk CostConstants) {
 		fmt.Fprintf(w, "| %s | %g |", name, f)
 		est := map[string]float64{}
+		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, r := range runs {
 			c := kk.Cycles(r.Cache)
 			est[r.Dir+":"+r.Mode] = c
 			fmt.Fprintf(w, " %.2f M |", c/1e6)
+			lo, hi = math.Min(lo, kk.Load(c)), math.Max(hi, kk.Load(c))
 		}
-		for _, d := range []string{"tx", "rx"} {
-			if a, b := est[d+":"+num], est[d+":"+den]; a > 0 && b > 0 {
-				fmt.Fprintf(w, " %.3f |", a/b)
-			} else {
-				fmt.Fprint(w, " - |")
+		for _, p := range shown {
+			for _, d := range []string{"tx", "rx"} {
+				if a, b := est[d+":"+p[0]], est[d+":"+p[1]]; a > 0 && b > 0 {
+					fmt.Fprintf(w, " %.3f |", a/b)
+				} else {
+					fmt.Fprint(w, " - |")
+				}
 			}
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, " %.1f–%.1f%% at %.0f MHz |\n", 100*lo, 100*hi, kk.MHz)
 	}
 	row("(as cited)", 1, k)
 	for _, n := range CostConstantNames {

@@ -15,7 +15,11 @@
 //     with dma.ARMv7Cache (DCCMVAC per line);
 //  5. clean again (nothing dirty left);
 //  6. invalidate [start+8, end-8) of it (partial first and last lines
-//     cleaned and invalidated, the others invalidated).
+//     cleaned and invalidated, the others invalidated);
+//  7. the buffer read and written line by line again, then invalidated
+//     whole (DCIMVAC per line) without a clean: every line holds data the
+//     CPU wrote, which silicon may discard, so the plugin's
+//     invalidate-address check counts each (inv_dirty).
 //
 // The buffers are on the Go heap: Write-Back memory in TamaGo's map.
 package main
@@ -96,6 +100,9 @@ func main() {
 	cache.Clean(start, cleanSize)
 	mark()
 	cache.Invalidate(start+8, cleanSize-16)
+	mark()
+	s += dirty(buf)
+	cache.Invalidate(start, cleanSize)
 	mark()
 
 	fmt.Printf("READY cachebench src=%#x dst=%#x big=%#x small=%#x buf=%#x sum=%d\n",

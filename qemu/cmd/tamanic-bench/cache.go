@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/tamanic/tamanic/qemu"
@@ -30,8 +31,10 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		return errors.New("cache report: no run has cache model counts (tamanic-cost -cache -json)")
 	}
 	fmt.Fprintf(w, "\n### Silicon cost estimate (cache model, issue 30)\n\n`%s`\n\n", command)
-	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | CPU load at line rate |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "Medians of the runs of each mode (with several runs: the lowest–highest estimate beside it); × sg: the estimate over the sg row of the same SoC, direction and NIC (ENET rows and TamaGo's driver against the ENET's sg, the 82574L's against e1000e-sg, the ConnectX's against cx-sg); invalidated dirty lines: the invalidate-address check (DCIMVAC or the PL310's invalidate of a line holding data the CPU wrote and did not clean, which silicon may discard; want 0).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| SoC | direction | mode | instructions/MiB | est. cycles/MiB | × sg | L1 read misses/MiB | L2 read misses/MiB | DRAM lines read/written per MiB | uncached accesses/MiB | device accesses/MiB | maintenance lines/MiB | invalidated dirty lines/MiB | CPU load at line rate |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	bySoC := map[string][]qemu.CostRun{}
 	var socs []string
 	for _, k := range order {
@@ -41,10 +44,22 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 		if k.dir == "rx" {
 			dir = "host→guest"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %.2f M | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
-			qemu.CacheSoCs[k.soc].Name, dir, k.mode, c["insns"]/1e6, m.Cycles/1e6, c["l1_read_miss"], c["l2_read_miss"],
+		est := fmt.Sprintf("%.2f M", m.Cycles/1e6)
+		if g := groups[k]; len(g) > 1 {
+			lo, hi := g[0].Cycles, g[0].Cycles
+			for _, r := range g {
+				lo, hi = min(lo, r.Cycles), max(hi, r.Cycles)
+			}
+			est += fmt.Sprintf(" (%d runs: %.2f–%.2f)", len(g), lo/1e6, hi/1e6)
+		}
+		xsg := "–"
+		if sg, ok := groups[key{k.soc, k.dir, sgOf(k.mode)}]; ok {
+			xsg = ratio(m.Cycles, medianRun(sg).Cycles)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f M | %s | %s | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.0f | %s | %.1f%% at %.0f Mbit/s, %.0f MHz |\n",
+			qemu.CacheSoCs[k.soc].Name, dir, k.mode, c["insns"]/1e6, est, xsg, c["l1_read_miss"], c["l2_read_miss"],
 			c["dram_read"], c["dram_write"], c["unc_read"]+c["unc_write"], c["dev_read"]+c["dev_write"], c.MaintenanceOps(),
-			100*kk.Load(m.Cycles), kk.LineRate/1e6, kk.MHz)
+			invChecked(c), 100*kk.Load(m.Cycles), kk.LineRate/1e6, kk.MHz)
 		if bySoC[k.soc] == nil {
 			socs = append(socs, k.soc)
 		}
@@ -53,13 +68,38 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 	for _, s := range socs {
 		kk := qemu.SoCCosts[s]
 		fmt.Fprintf(w, "\nSensitivity, %s (estimated cycles per MiB with each constant halved and doubled):\n\n", qemu.CacheSoCs[s].Name)
-		qemu.Sensitivity(w, kk, bySoC[s], "bounce", "sg")
+		qemu.Sensitivity(w, kk, bySoC[s], qemu.SensitivityPairs...)
 		fmt.Fprintln(w, "\nConstants and their sources:")
-		for _, n := range append([]string{"MHz", "LineRate"}, qemu.CostConstantNames...) {
+		for _, n := range append([]string{"LineRate"}, qemu.CostConstantNames...) {
 			fmt.Fprintf(w, "- %s = %g: %s\n", n, constantValue(kk, n), kk.Sources[n])
 		}
 	}
 	return nil
+}
+
+// invChecked is the invalidate-address check's cell: the count of
+// invalidated dirty lines per MiB, and, when the model could not place
+// some maintenance (an MCR outside the known routines, a routine's
+// argument or line count it could not follow, a PL310 store whose value
+// it could not read, an access whose physical address it doubts), the
+// number of those operations it did not check: a 0 then covers only the
+// operations it placed.
+func invChecked(c qemu.CacheCounts) string {
+	s := fmt.Sprintf("%.1f", c["inv_dirty"])
+	if u := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"]; u > 0 {
+		s += fmt.Sprintf(" (%.1f operations or accesses not placed: unchecked)", u)
+	}
+	return s
+}
+
+// sgOf is the scatter-gather mode of mode's NIC: e1000e-sg for the
+// 82574L's modes, cx-sg for the ConnectX's, sg otherwise (the ENET's,
+// and TamaGo's driver, which drives the same ENET).
+func sgOf(mode string) string {
+	if nic, _, ok := strings.Cut(mode, "-"); ok {
+		return nic + "-sg"
+	}
+	return "sg"
 }
 
 // medianRun returns the run with the median estimate.
@@ -100,5 +140,10 @@ func writeCacheReport(out, command string, args []string) error {
 	if err := cacheReport(&rep, runs, command); err != nil {
 		return err
 	}
+	png := strings.TrimSuffix(out, filepath.Ext(out)) + ".png"
+	if err := drawCachePlot(runs, png); err != nil {
+		return err
+	}
+	fmt.Fprintf(&rep, "\nPlot: %s (estimated cycles per MiB and CPU load at line rate, per SoC, mode and direction).\n", filepath.Base(png))
 	return publish("cache report", out, rep.String())
 }

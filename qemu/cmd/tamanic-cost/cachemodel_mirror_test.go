@@ -88,3 +88,47 @@ func TestCacheModelPL310MirrorCost(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheModelInvalidateDirty is the invalidate-address check: an
+// invalidate without clean (DCIMVAC, the PL310's 0x770) of a line holding
+// data the CPU wrote and did not clean discards that data on silicon
+// (ARMv7 ARM: an invalidate may lose dirty data; cachemodel.c l2_op), so
+// the model counts it (inv_dirty), once per cache level that held it
+// dirty. A clean first, a clean and invalidate, or a line only read, is
+// not counted.
+func TestCacheModelInvalidateDirty(t *testing.T) {
+	bin := hostModel(t)
+	const x = 0x80400000
+	a9 := []string{"l1 32768:4:32:random", "l2 1048576:16:32:rr", "outer 1"}
+	for _, tc := range []struct {
+		name string
+		cmds []string
+		want uint64
+	}{
+		{"A7: written, invalidated", []string{a7L1, a7L2, "wa 1", "w " + addr(x), "inv " + addr(x)}, 1},
+		{"A7: written, cleaned, invalidated", []string{a7L1, a7L2, "wa 1", "w " + addr(x), "clean " + addr(x), "inv " + addr(x)}, 0},
+		{"A7: written, cleaned and invalidated", []string{a7L1, a7L2, "wa 1", "w " + addr(x), "cleaninv " + addr(x)}, 0},
+		{"A7: read, invalidated", []string{a7L1, a7L2, "r " + addr(x), "inv " + addr(x)}, 0},
+		// No write allocation: a store that hits L1 dirties it.
+		{"A7 no-WA: read, written, invalidated", []string{a7L1, a7L2, "r " + addr(x), "w " + addr(x+4), "inv " + addr(x)}, 1},
+		// The core's own L2 (to the point of coherency): dirty in L2
+		// only, after an L1 eviction, is lost too.
+		{"A7: dirty in L2 only", func() []string {
+			c := []string{a7L1, a7L2, "wa 1", "w " + addr(x)}
+			for k := uint64(1); k <= 4; k++ {
+				c = append(c, "r "+addr(x+k*8192)) // same L1 set: evicts x to L2
+			}
+			return append(c, "inv "+addr(x))
+		}(), 1},
+		// A9 + PL310: the CP15 invalidate reaches L1 only; the PL310's
+		// invalidate of a line the L1 cleaned to it (dirty in L2).
+		{"A9: L1 dirty, DCIMVAC", append(append([]string{}, a9...), "wa 1", "w "+addr(x), "inv "+addr(x)), 1},
+		{"A9: cleaned to L2, PL310 invalidate", append(append([]string{}, a9...), "wa 1", "w "+addr(x), "clean "+addr(x), "pinv "+addr(x)), 1},
+		{"A9: cleaned to L2, PL310 clean, invalidate", append(append([]string{}, a9...), "wa 1", "w "+addr(x), "clean "+addr(x), "pclean "+addr(x), "pinv "+addr(x)), 0},
+	} {
+		d := runModel(t, bin, append(tc.cmds, "dump 0"))[0]
+		if d["inv_dirty"] != tc.want {
+			t.Errorf("%s: inv_dirty %d, want %d", tc.name, d["inv_dirty"], tc.want)
+		}
+	}
+}
