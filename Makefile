@@ -89,9 +89,15 @@ GATEWAY       ?=
 DHCP          ?=
 ## SELFTEST=off skips the loopback self-tests at boot (the ENET's, and the i.MX7D's 82574L's; on by default).
 SELFTEST      ?=
+## GRO=off and ACKFILTER=off build the ENET's endpoint without GRO or the ACK filter (both on by default;
+## the console says RXMERGE when one is off): the request/response rows that measure what each does.
+GRO           ?=
+ACKFILTER     ?=
 APPPKG        := github.com/tamanic/tamanic/firmware/app
 FWLDFLAGS      = -T $(LINKADDR) -R 0x1000 $(if $(CONTROL_TOKEN),-X $(APPPKG).BuildControlToken=$(CONTROL_TOKEN)) \
   $(if $(SELFTEST),-X github.com/tamanic/tamanic/firmware/internal/fwmain.SelfTest=$(SELFTEST)) \
+  $(if $(GRO),-X github.com/tamanic/tamanic/firmware/internal/fwmain.GRO=$(GRO)) \
+  $(if $(ACKFILTER),-X github.com/tamanic/tamanic/firmware/internal/fwmain.AckFilter=$(ACKFILTER)) \
   $(if $(IP),-X $(APPPKG).BuildIP=$(IP)) $(if $(GATEWAY),-X $(APPPKG).BuildGateway=$(GATEWAY)) $(if $(DHCP),-X $(APPPKG).BuildDHCP=$(DHCP))$(if $(CX_IP), -X main.CXIP=$(CX_IP))
 ## TEE=1 (BOARD=mx6ullevk only) builds the TrustZone-partitioned image instead: the Normal World OS
 ## (firmware/mx6ullevk-tee/normal, HOSTILE=1 adds the hostile-call mode) embedded in the Trusted OS

@@ -170,6 +170,14 @@ var (
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 )
 
+// GRO reports whether the endpoint merges received TCP segments
+// (Options.GRO, fixed at New).
+func (e *Endpoint) GRO() bool { return e.opts.GRO }
+
+// AckFilter reports whether the endpoint drops superseded pure ACKs
+// (Options.AckFilter, fixed at New).
+func (e *Endpoint) AckFilter() bool { return e.opts.AckFilter }
+
 // SetTSO switches host GSO for connections established from now on.
 func (e *Endpoint) SetTSO(on bool) { e.tso.Store(on && e.info.Segmentation) }
 

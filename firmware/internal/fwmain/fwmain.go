@@ -63,6 +63,15 @@ type Board struct {
 // and the i.MX7D firmware the 82574L's (e1000e.NIC.SelfTest) before its.
 var SelfTest string
 
+// GRO and AckFilter are the build's receive-merging switches (make
+// firmware GRO=off ACKFILTER=off, which link -X ...fwmain.GRO=off and
+// -X ...fwmain.AckFilter=off): "off" builds the ENET's endpoint without
+// GRO or without the ACK filter (netstack.Options), for the
+// request/response rows that measure what each costs or saves a small
+// message; anything else keeps them on, the firmware's default. A
+// non-default build says so on the console ("RXMERGE gro=off ...").
+var GRO, AckFilter string
+
 // Settings are the firmware's build-time settings (the address is
 // app.BuildNetConfig's: make firmware IP=... GATEWAY=... DHCP=...).
 type Settings struct {
@@ -70,6 +79,9 @@ type Settings struct {
 	Mode string
 	// SelfTest is SelfTest's value ("off" skips the self-test).
 	SelfTest string
+	// GRO and AckFilter are GRO's and AckFilter's values ("off" builds
+	// the ENET's endpoint without it).
+	GRO, AckFilter string
 	// Interfaces is how many interfaces run the services (0 or 1: the
 	// ENET's alone): the ENET's server takes app.DefaultLimits.Split of
 	// it, and a board's AttachNet gives its own servers the same share,
@@ -89,6 +101,12 @@ func Run(b Board, s Settings) {
 	}()
 	if s.SelfTest == "" {
 		s.SelfTest = SelfTest
+	}
+	if s.GRO == "" {
+		s.GRO = GRO
+	}
+	if s.AckFilter == "" {
+		s.AckFilter = AckFilter
 	}
 	if _, err := start(b, s, boot, app.BuildNetConfig, os.Stdout); err != nil {
 		panic(err)
@@ -129,7 +147,11 @@ func start(b Board, s Settings, boot time.Time, netConfig func() (app.NetConfig,
 	self := &selfTests{name: "enet", console: console}
 	self.boot(n, s.SelfTest)
 	dev = fecdev.New(n)
-	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: true, GRO: true, Clock: b.Nanotime})
+	gro, ackf := s.GRO != "off", s.AckFilter != "off"
+	if !gro || !ackf {
+		fmt.Fprintf(console, "RXMERGE gro=%s ackfilter=%s\n", onOff(gro), onOff(ackf))
+	}
+	ep, err := netstack.New(netstack.Options{Device: dev, TSO: true, AckFilter: ackf, GRO: gro, Clock: b.Nanotime})
 	if err != nil {
 		return nil, err
 	}
@@ -300,4 +322,11 @@ func (s *selfTests) copyLocked() SelfTestReport {
 	r := s.r
 	r.Results = append([]fec.SelfTestResult(nil), r.Results...)
 	return r
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }

@@ -134,6 +134,43 @@ func TestSelfTestSkippedAndUnsupported(t *testing.T) {
 	}
 }
 
+// TestRxMergeSwitches: GRO=off and ACKFILTER=off build the endpoint
+// without them and say so on the console; the default keeps both and
+// prints nothing.
+func TestRxMergeSwitches(t *testing.T) {
+	for _, c := range []struct {
+		gro, ackf string
+		line      string
+	}{
+		{"", "", ""},
+		{"off", "", "RXMERGE gro=off ackfilter=on"},
+		{"", "off", "RXMERGE gro=on ackfilter=off"},
+		{"off", "off", "RXMERGE gro=off ackfilter=off"},
+	} {
+		var console bytes.Buffer
+		b := Board{
+			ENET: func(cfg fec.Config) (*fec.NIC, error) {
+				r := fectest.NewRig(t, fectest.RigOptions{Config: func(x *fec.Config) { x.OnTxDone = cfg.OnTxDone }})
+				return r.NIC, nil
+			},
+			Nanotime: func() int64 { return time.Now().UnixNano() },
+			Idle:     func() int64 { return 0 }, Interrupts: func() (int64, int64) { return 0, 0 },
+		}
+		r, err := start(b, Settings{Mode: "sg", SelfTest: "off", GRO: c.gro, AckFilter: c.ackf}, time.Now(), static, &console)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep := r.ctl.(controls).EP
+		if ep.GRO() != (c.gro != "off") || ep.AckFilter() != (c.ackf != "off") {
+			t.Errorf("GRO=%q ACKFILTER=%q: endpoint gro %v ackfilter %v", c.gro, c.ackf, ep.GRO(), ep.AckFilter())
+		}
+		got := strings.Contains(console.String(), "RXMERGE")
+		if (c.line == "") == got || (c.line != "" && !strings.Contains(console.String(), c.line)) {
+			t.Errorf("GRO=%q ACKFILTER=%q: want line %q, console:\n%s", c.gro, c.ackf, c.line, console.String())
+		}
+	}
+}
+
 // TestHookErrors: an error from Init, ENET or Attach stops the start with
 // that error, before READY.
 func TestHookErrors(t *testing.T) {
