@@ -291,9 +291,11 @@ func (n *NIC) selfTestMode(mode string, o SelfTestOptions) SelfTestResult {
 		res.Failures++
 	}
 	start := time.Now()
-	// Whatever waits in the RX ring is not this mode's.
-	res.Foreign += n.drainRx()
+	// Whatever waits in the RX ring is not this mode's; it is foreign,
+	// and counted in the RxPackets the check below expects, so the
+	// counters are read first.
 	s0 := n.Stats()
+	res.Foreign += n.drainRx()
 	// The receive buffers the card holds now: the stack may keep some
 	// frames across a run-time test, and a frame that finds no buffer
 	// is dropped by the card. The sender never has more frames out than
