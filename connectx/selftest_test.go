@@ -292,3 +292,22 @@ func TestSelfTestFramesWaitingBeforeIt(t *testing.T) {
 		t.Errorf("sg: %d foreign frames, want the 3 that waited", res[0].Foreign)
 	}
 }
+
+// TestSelfTestSmallMTU: with an MTU below 1,500 (Config.MTU 1280), the
+// card refuses the set's 1,513- and 1,514-byte frames and the LSO
+// packet's 1,502-byte segments as too long for its MTU: a healthy card
+// must not fail for it. The sg mode sends the frames that fit and checks
+// them; the lso mode, whose MSS is fixed, is unsupported and says why.
+func TestSelfTestSmallMTU(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.MTU = 1280 }})
+	res := selfTest(t, r)
+	if !res[0].OK() || res[0].Sent != 17 {
+		t.Errorf("sg: %s, want the 17 frames within the MTU back", res[0])
+	}
+	if !res[1].Unsupported || res[1].Failures != 0 || !strings.Contains(res[1].Reason, "MTU 1280") {
+		t.Errorf("lso: %s, want unsupported for the MTU", res[1])
+	}
+	if st := r.NIC.Stats(); st.TxBadPacket != 0 || st.TxErrors != 0 {
+		t.Errorf("driver stats %+v: the self-test sent what the MTU refuses", st)
+	}
+}
