@@ -37,6 +37,14 @@ import (
 // sends one 60-byte frame; the driver turns on unicast only (its frames
 // are unicast, and a multicast loopback left on would loop the stack's
 // broadcasts back to it) and sends the frame set of package loopframe.
+// Linux's cleanup (mlx5e_test_loopback_cleanup) turns the vport's local
+// loopback off first and refreshes the TIRs after; the driver undoes in
+// the reverse order of its set-up, the TIR first (a frame still in the
+// card is then dropped by the TIR rather than sent to the wire). Linux
+// also turns the vport's local loopback off at every bring-up (main.c
+// mlx5_core_set_hca_defaults, "Disable local_lb by default"); the
+// driver's bring-up does not, so the self-test finds it as the firmware
+// left it and restores that.
 
 // SelfTestOptions tune SelfTest.
 type SelfTestOptions struct {
