@@ -311,3 +311,43 @@ func TestSelfTestSmallMTU(t *testing.T) {
 		t.Errorf("driver stats %+v: the self-test sent what the MTU refuses", st)
 	}
 }
+
+// TestSelfTestRxBuffersHeld: when the stack holds nearly every receive
+// buffer (a run-time test), the self-test cannot run; that is an error
+// ("could not run"), not a failed mode charged to the card, and the
+// loopback is left untouched.
+func TestSelfTestRxBuffersHeld(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.RxRing = 16 }})
+	var keep []interface{ Release() error }
+	for i := 0; i < 14; i++ {
+		f := make([]byte, 60)
+		loopframe.UDP(f, [6]byte{2, 0, 0, 0, 0, 9}, 0, 0)
+		if !r.Model.Deliver(f) {
+			t.Fatal("model did not deliver")
+		}
+		r.NIC.Poll()
+		fr, err := r.NIC.Receive()
+		if fr == nil || err != nil {
+			t.Fatalf("held frame %d: %v", i, err)
+		}
+		keep = append(keep, fr)
+	}
+	cmds := r.Model.Stats().Commands
+	res, err := r.NIC.SelfTest(connectx.SelfTestOptions{})
+	for _, x := range res {
+		if x.Failures != 0 {
+			t.Errorf("%s: a failure charged to the card", x)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "receive buffers") {
+		t.Errorf("err %v, want the held receive buffers named", err)
+	}
+	if n := r.Model.Stats().Commands - cmds; n != 0 {
+		t.Errorf("%d commands: the loopback was touched", n)
+	}
+	for _, f := range keep {
+		if err := f.Release(); err != nil {
+			t.Error(err)
+		}
+	}
+}
