@@ -351,3 +351,19 @@ func TestSelfTestRxBuffersHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfTestFindsNoCsumInsertion: the sg mode asks the card to insert
+// the IPv4 header and UDP checksums; a card that ignores the request must
+// fail it. The frames therefore leave the driver with those fields zero
+// (as the ENET's self-test sends them), not already correct.
+func TestSelfTestFindsNoCsumInsertion(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+	r.Model.SetFaults(connectxtest.Faults{NoCsumInsert: 1000})
+	res := selfTest(t, r)
+	if res[0].OK() || res[0].Failures < 17 {
+		t.Errorf("sg: %s, want every good frame's missing checksums found", res[0])
+	}
+	if !res[1].OK() {
+		t.Errorf("lso: %s (LSO always computes its segments' checksums)", res[1])
+	}
+}
