@@ -265,3 +265,105 @@ func TestSelfTestCommandFails(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfTestFramesWaitingBeforeIt: frames from the wire that wait in
+// the RX ring when the self-test starts (at run time, ones the stack had
+// not taken yet) are received and dropped before each mode's count
+// starts; they are foreign, but not counted twice against the driver's
+// RxPackets: a healthy card passes.
+func TestSelfTestFramesWaitingBeforeIt(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+	for i := range 3 {
+		f := make([]byte, 80)
+		copy(f, []byte{0x02, 0, 0, 0, 0, 0x99}) // to someone else (promiscuous vport)
+		copy(f[6:], []byte{0x02, 0, 0, 0, 0, byte(i)})
+		f[12], f[13] = 0x88, 0xb5
+		if !r.Model.Deliver(f) {
+			t.Fatal("the model dropped a frame from the wire")
+		}
+	}
+	res := selfTest(t, r)
+	for _, x := range res {
+		if !x.OK() {
+			t.Errorf("%s", x)
+		}
+	}
+	if res[0].Foreign != 3 {
+		t.Errorf("sg: %d foreign frames, want the 3 that waited", res[0].Foreign)
+	}
+}
+
+// TestSelfTestSmallMTU: with an MTU below 1,500 (Config.MTU 1280), the
+// card refuses the set's 1,513- and 1,514-byte frames and the LSO
+// packet's 1,502-byte segments as too long for its MTU: a healthy card
+// must not fail for it. The sg mode sends the frames that fit and checks
+// them; the lso mode, whose MSS is fixed, is unsupported and says why.
+func TestSelfTestSmallMTU(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.MTU = 1280 }})
+	res := selfTest(t, r)
+	if !res[0].OK() || res[0].Sent != 17 {
+		t.Errorf("sg: %s, want the 17 frames within the MTU back", res[0])
+	}
+	if !res[1].Unsupported || res[1].Failures != 0 || !strings.Contains(res[1].Reason, "MTU 1280") {
+		t.Errorf("lso: %s, want unsupported for the MTU", res[1])
+	}
+	if st := r.NIC.Stats(); st.TxBadPacket != 0 || st.TxErrors != 0 {
+		t.Errorf("driver stats %+v: the self-test sent what the MTU refuses", st)
+	}
+}
+
+// TestSelfTestRxBuffersHeld: when the stack holds nearly every receive
+// buffer (a run-time test), the self-test cannot run; that is an error
+// ("could not run"), not a failed mode charged to the card, and the
+// loopback is left untouched.
+func TestSelfTestRxBuffersHeld(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{Config: func(c *connectx.Config) { c.RxRing = 16 }})
+	var keep []interface{ Release() error }
+	for i := 0; i < 14; i++ {
+		f := make([]byte, 60)
+		loopframe.UDP(f, [6]byte{2, 0, 0, 0, 0, 9}, 0, 0)
+		if !r.Model.Deliver(f) {
+			t.Fatal("model did not deliver")
+		}
+		r.NIC.Poll()
+		fr, err := r.NIC.Receive()
+		if fr == nil || err != nil {
+			t.Fatalf("held frame %d: %v", i, err)
+		}
+		keep = append(keep, fr)
+	}
+	cmds := r.Model.Stats().Commands
+	res, err := r.NIC.SelfTest(connectx.SelfTestOptions{})
+	for _, x := range res {
+		if x.Failures != 0 {
+			t.Errorf("%s: a failure charged to the card", x)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "receive buffers") {
+		t.Errorf("err %v, want the held receive buffers named", err)
+	}
+	if n := r.Model.Stats().Commands - cmds; n != 0 {
+		t.Errorf("%d commands: the loopback was touched", n)
+	}
+	for _, f := range keep {
+		if err := f.Release(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestSelfTestFindsNoCsumInsertion: the sg mode asks the card to insert
+// the IPv4 header and UDP checksums; a card that ignores the request must
+// fail it. The frames therefore leave the driver with those fields zero
+// (as the ENET's self-test sends them), not already correct.
+func TestSelfTestFindsNoCsumInsertion(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+	r.Model.SetFaults(connectxtest.Faults{NoCsumInsert: 1000})
+	res := selfTest(t, r)
+	if res[0].OK() || res[0].Failures < 17 {
+		t.Errorf("sg: %s, want every good frame's missing checksums found", res[0])
+	}
+	if !res[1].OK() {
+		t.Errorf("lso: %s (LSO always computes its segments' checksums)", res[1])
+	}
+}

@@ -138,6 +138,11 @@ type Faults struct {
 	// DropSegment skips the next DropSegment send data segments that
 	// follow another in their WQE: the frame goes out without the bytes.
 	DropSegment int
+	// NoCsumInsert makes the next NoCsumInsert SENDs that ask for
+	// checksum insertion (eth segment cs_flags) go out with the frame's
+	// checksum fields as the driver left them: a card that ignores
+	// cs_flags.
+	NoCsumInsert int
 }
 
 // Stats are the model's counters.
