@@ -352,6 +352,27 @@ func (n *NIC) vport() error {
 	if _, err := n.exec(in, 0x10); err != nil {
 		return fmt.Errorf("connectx: MODIFY_NIC_VPORT_CONTEXT: %w", err)
 	}
+	// The vport's local loopback off, as Linux sets it at every bring-up
+	// (main.c mlx5_core_set_hca_defaults, "Disable local_lb by default":
+	// mlx5_nic_vport_update_local_lb(dev, false)), each direction only
+	// where the firmware lets it change (cmd_hca_cap disable_local_lb_uc
+	// and _mc; without them Linux sends nothing). The self-test turns the
+	// unicast one on for its run and back off.
+	if n.caps.LocalLBUC || n.caps.LocalLBMC {
+		in := newIn(OpModifyNICVportCtx, 0, 0x200)
+		var fs, v uint32
+		if n.caps.LocalLBUC {
+			fs, v = fs|fieldDisableUCLB, v|vportDisableUCLB
+		}
+		if n.caps.LocalLBMC {
+			fs, v = fs|fieldDisableMCLB, v|vportDisableMCLB
+		}
+		put32(in, 0x0C, fs)
+		put32(in, 0x100, v)
+		if _, err := n.exec(in, 0x10); err != nil {
+			return fmt.Errorf("connectx: MODIFY_NIC_VPORT_CONTEXT disable_*_local_lb: %w", err)
+		}
+	}
 	out, err := n.exec(newIn(OpQueryNICVportContext, 0, 0x10), 0x110)
 	if err != nil {
 		return fmt.Errorf("connectx: QUERY_NIC_VPORT_CONTEXT: %w", err)

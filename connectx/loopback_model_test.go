@@ -8,13 +8,14 @@ import (
 )
 
 // TestModelSelfLoopbackBlocked: the model's rule, without the driver's
-// self-test: with the vport's local loopback on, a frame to the NIC's own
+// self-test: with the vport's local loopback on (a firmware that does not
+// let the driver turn it off at bring-up), a frame to the NIC's own
 // address is kept out by the TIR (self_lb_block 0, as created) and does
 // not reach the wire; with it off, it goes to the wire and does not come
 // back.
 func TestModelSelfLoopbackBlocked(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		r := connectxtest.NewRig(t, connectxtest.RigOptions{Model: func(o *connectxtest.Options) { o.LocalLoopback = on }})
+		r := connectxtest.NewRig(t, connectxtest.RigOptions{Model: func(o *connectxtest.Options) { o.NoLocalLBCap = on }})
 		var wire int
 		r.Model.SetPeer(func([]byte) { wire++ })
 		f := make([]byte, 100)

@@ -40,11 +40,11 @@ import (
 // Linux's cleanup (mlx5e_test_loopback_cleanup) turns the vport's local
 // loopback off first and refreshes the TIRs after; the driver undoes in
 // the reverse order of its set-up, the TIR first (a frame still in the
-// card is then dropped by the TIR rather than sent to the wire). Linux
-// also turns the vport's local loopback off at every bring-up (main.c
-// mlx5_core_set_hca_defaults, "Disable local_lb by default"); the
-// driver's bring-up does not, so the self-test finds it as the firmware
-// left it and restores that.
+// card is then dropped by the TIR rather than sent to the wire). Like
+// Linux (main.c mlx5_core_set_hca_defaults, "Disable local_lb by
+// default") the driver's bring-up turns the vport's local loopback off
+// where the firmware lets it (vport in bringup.go); the self-test still
+// restores what it found.
 
 // SelfTestOptions tune SelfTest.
 type SelfTestOptions struct {
@@ -183,7 +183,9 @@ const (
 	capLocalLBUC      = 1 << 30 // cmd_hca_cap 0x7C: disable_local_lb_uc
 	capLocalLBMC      = 1 << 29 // cmd_hca_cap 0x7C: disable_local_lb_mc
 	vportDisableUCLB  = 1 << 1  // nic_vport_context dword 0
+	vportDisableMCLB  = 1 << 2  // nic_vport_context dword 0
 	fieldDisableUCLB  = 1 << 11 // modify_nic_vport_field_select
+	fieldDisableMCLB  = 1 << 10 // modify_nic_vport_field_select
 	OpModifyTIR       = 0x901
 	modifyTIRSelfLBEn = 1 << 4 // modify_tir_in modify_bitmask, dword 0x14
 	tirSelfLBUnicast  = 1      // tirc self_lb_block bit 0 (MLX5_TIRC_SELF_LB_BLOCK_BLOCK_UNICAST)

@@ -79,18 +79,22 @@ func TestSelfTestPasses(t *testing.T) {
 	}
 }
 
-// TestSelfTestKeepsLoopbackThatWasOn: a vport whose local loopback was
-// already on keeps it on (Linux restores what it found:
-// mlx5e_test_loopback_cleanup).
-func TestSelfTestKeepsLoopbackThatWasOn(t *testing.T) {
+// TestBringUpTurnsLocalLoopbackOff: a firmware that starts the vport's
+// local loopback on has it turned off at bring-up, as Linux does (main.c
+// mlx5_core_set_hca_defaults, "Disable local_lb by default"), and the
+// self-test leaves it off.
+func TestBringUpTurnsLocalLoopbackOff(t *testing.T) {
 	r := connectxtest.NewRig(t, connectxtest.RigOptions{Model: func(o *connectxtest.Options) { o.LocalLoopback = true }})
+	if uc, mc, _ := r.Model.LocalLoopback(); uc || mc {
+		t.Errorf("after bring-up: local loopback uc %v mc %v, want both off", uc, mc)
+	}
 	for _, x := range selfTest(t, r) {
 		if !x.OK() {
 			t.Errorf("%s", x)
 		}
 	}
-	if uc, mc, _ := r.Model.LocalLoopback(); !uc || !mc {
-		t.Errorf("local loopback uc %v mc %v: was on, must stay on", uc, mc)
+	if uc, mc, _ := r.Model.LocalLoopback(); uc || mc {
+		t.Errorf("after the self-test: local loopback uc %v mc %v, want both off", uc, mc)
 	}
 }
 
