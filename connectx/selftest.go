@@ -172,6 +172,15 @@ func (n *NIC) selfTest(o SelfTestOptions) (out []SelfTestResult, err error) {
 		}
 	}()
 	for _, mode := range []string{"sg", "lso"} {
+		// A mode whose sends the card still holds after its waits failed
+		// (a stuck send queue): the next mode would only queue more frames
+		// behind them, to leave for the wire whenever the card lets them
+		// go, loopback or not. It is reported as a failure, not run.
+		if k := n.txInFlight(); len(out) > 0 && k > 0 {
+			out = append(out, SelfTestResult{Mode: mode, Failures: 1,
+				First: fmt.Sprintf("not run: %d send WQEBBs of mode %s still not completed", k, out[len(out)-1].Mode)})
+			continue
+		}
 		out = append(out, n.selfTestMode(mode, o))
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package connectx_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tamanic/tamanic/connectx"
 	"github.com/tamanic/tamanic/connectx/connectxtest"
@@ -369,5 +370,34 @@ func TestSelfTestFindsNoCsumInsertion(t *testing.T) {
 	}
 	if !res[1].OK() {
 		t.Errorf("lso: %s (LSO always computes its segments' checksums)", res[1])
+	}
+}
+
+// TestSelfTestStuckSendQueue: a card that takes the sg mode's doorbells
+// and never executes them fails sg; lso is not run on top of the stuck
+// queue (a review found its 46 segments queued behind sg's, all 65
+// frames leaving for the wire once the card let them go), and is a
+// failure too.
+func TestSelfTestStuckSendQueue(t *testing.T) {
+	r := connectxtest.NewRig(t, connectxtest.RigOptions{})
+	var wire int
+	r.Model.SetPeer(func([]byte) { wire++ })
+	r.Model.SetFaults(connectxtest.Faults{HoldTx: true})
+	res, err := r.NIC.SelfTest(connectx.SelfTestOptions{Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range res {
+		t.Logf("%s", x)
+		if x.OK() || x.Unsupported {
+			t.Errorf("%s: want a failure", x)
+		}
+	}
+	if len(res) != 2 || res[1].Sent != 0 || !strings.Contains(res[1].First, "not run") {
+		t.Fatalf("results %+v: want lso not run", res)
+	}
+	r.Model.ReleaseTx()
+	if wire > res[0].Sent {
+		t.Errorf("%d frames reached the wire once the card let them go, the sg mode sent %d", wire, res[0].Sent)
 	}
 }
