@@ -38,7 +38,10 @@ type CostConstants struct {
 // dual Cortex-A9 at 1.2 GHz with a 1 MB 32-byte-line L2 behind the core,
 // the same core and L2 arrangement as the i.MX6Q's PL310, LPDDR2-800):
 // "64 K | 23 | + 19 (L2)", "+ 110 ns (RAM)", "RAM Read B/W (Parallel
-// Random Read) = 68 ns / cache line". Not measured on an i.MX6Q (none was
+// Random Read) = 68 ns / cache line = 470 MB/s", a 32-byte line (the
+// page's "32 B/line"): a bandwidth, so DRAMWrite, charged per line of the
+// SoC's L2, is 68 ns per 32 bytes of it (dramWrite): 136 ns for the
+// Cortex-A7's 64-byte line. Not measured on an i.MX6Q (none was
 // found this session): the i.MX6Q's DDR3-1066 MMDC is of the same
 // generation. The Cortex-A7 rows take the same DRAM figures in
 // nanoseconds (the i.MX6UL/ULL's MMDC is the i.MX6's controller, with
@@ -50,20 +53,24 @@ type CostConstants struct {
 // write-back (counted as a DRAM line). The sensitivity table (Sensitivity)
 // shows how far each moves the answer.
 var SoCCosts = map[string]CostConstants{
-	"imx6ull": {MHz: 900, LineRate: 100e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 900, DRAMWrite: 0.068 * 900,
+	"imx6ull": {MHz: 900, LineRate: 100e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 900, DRAMWrite: dramWrite(64, 900),
 		Uncached: 0.110 * 900, Device: 0.110 * 900, Maint: 1, Sources: costSources("Cortex-A9 figure (no Cortex-A7 L2 latency found)")},
-	"imx7d": {MHz: 1000, LineRate: 1000e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 1000, DRAMWrite: 0.068 * 1000,
+	"imx7d": {MHz: 1000, LineRate: 1000e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 1000, DRAMWrite: dramWrite(64, 1000),
 		Uncached: 0.110 * 1000, Device: 0.110 * 1000, Maint: 1, Sources: imx7dSources()},
-	"imx6q": {MHz: 996, LineRate: 400e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 996, DRAMWrite: 0.068 * 996,
+	"imx6q": {MHz: 996, LineRate: 400e6, CPI: 1, L2Hit: 19, DRAMRead: 0.110 * 996, DRAMWrite: dramWrite(32, 996),
 		Uncached: 0.110 * 996, Device: 0.110 * 996, Maint: 1, Sources: costSources("7-cpu.com Cortex-A9 (Exynos 4210): +19 cycles")},
 }
+
+// dramWrite is the cycles at mhz to write one line of lineBytes to DRAM at
+// 7-cpu.com's Exynos 4210 bandwidth, 68 ns per 32-byte line.
+func dramWrite(lineBytes, mhz float64) float64 { return 0.068 * lineBytes / 32 * mhz }
 
 func costSources(l2 string) map[string]string {
 	return map[string]string{
 		"CPI":       "assumed 1 (dual-issue core; no published in-cache CPI found)",
 		"L2Hit":     l2,
 		"DRAMRead":  "7-cpu.com Cortex-A9 (Exynos 4210, LPDDR2-800): +110 ns",
-		"DRAMWrite": "7-cpu.com Cortex-A9: 68 ns per line (read bandwidth, random)",
+		"DRAMWrite": "7-cpu.com Cortex-A9: 68 ns per 32-byte line (470 MB/s, parallel random read), scaled to the L2's line",
 		"Uncached":  "assumed one DRAM round trip (110 ns)",
 		"Device":    "assumed one DRAM round trip (110 ns)",
 		"Maint":     "assumed 1 cycle per line (write-back charged as a DRAM line)",

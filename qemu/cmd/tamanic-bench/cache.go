@@ -81,12 +81,16 @@ func cacheReport(w io.Writer, runs []qemu.CostRun, command string) error {
 // invalidated dirty lines per MiB, and, when the model could not place
 // some maintenance (an MCR outside the known routines, a routine's
 // argument or line count it could not follow, a PL310 store whose value
-// it could not read, an access whose physical address it doubts), the
-// number of those operations it did not check: a 0 then covers only the
-// operations it placed.
+// it could not read, an access whose physical address it doubts or that
+// QEMU gave none for) or saw maintenance it counts but does not apply
+// (set/way operations, DCCMVAU, the PL310's by-way operations: after them
+// the model's dirty lines are not silicon's), the number of those
+// operations it did not check: a 0 then covers only the operations it
+// placed.
 func invChecked(c qemu.CacheCounts) string {
 	s := fmt.Sprintf("%.1f", c["inv_dirty"])
-	if u := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"]; u > 0 {
+	if u := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"] + c["no_hwaddr"] +
+		c["setway"] + c["dccmvau"] + c["pl310_way"]; u > 0 {
 		s += fmt.Sprintf(" (%.1f operations or accesses not placed: unchecked)", u)
 	}
 	return s

@@ -93,8 +93,8 @@ func TestCacheModelPL310MirrorCost(t *testing.T) {
 // invalidate without clean (DCIMVAC, the PL310's 0x770) of a line holding
 // data the CPU wrote and did not clean discards that data on silicon
 // (ARMv7 ARM: an invalidate may lose dirty data; cachemodel.c l2_op), so
-// the model counts it (inv_dirty), once per cache level that held it
-// dirty. A clean first, a clean and invalidate, or a line only read, is
+// the model counts it (inv_dirty), once per operation that discarded
+// dirty data (TestCacheModelInvalidateDirtyOnce). A clean first, a clean and invalidate, or a line only read, is
 // not counted.
 func TestCacheModelInvalidateDirty(t *testing.T) {
 	bin := hostModel(t)

@@ -403,9 +403,9 @@ func printCache(w io.Writer, k qemu.CostConstants, r qemu.CostRun) {
 	if c["inv_dirty"] > 0 {
 		fmt.Fprintf(w, "  WARNING: invalidate-address check: %.1f line invalidations per MiB discarded data the CPU wrote and did not clean (DCIMVAC or the PL310's invalidate of a dirty line: lost on silicon)\n", c["inv_dirty"])
 	}
-	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"] + c["setway"] + c["dccmvau"] + c["pl310_way"]; bad > 0 {
-		fmt.Fprintf(w, "  WARNING: maintenance or accesses the model could not place or does not model, per MiB: mva_unknown %.1f, mva_mismatch %.1f, mva_leftover %.1f, pl310_bad %.1f, pa_mismatch %.1f, set/way %.1f, DCCMVAU %.1f, PL310 by way %.1f\n",
-			c["mva_unknown"], c["mva_mismatch"], c["mva_leftover"], c["pl310_bad"], c["pa_mismatch"], c["setway"], c["dccmvau"], c["pl310_way"])
+	if bad := c["mva_unknown"] + c["mva_mismatch"] + c["mva_leftover"] + c["pl310_bad"] + c["pa_mismatch"] + c["no_hwaddr"] + c["setway"] + c["dccmvau"] + c["pl310_way"]; bad > 0 {
+		fmt.Fprintf(w, "  WARNING: maintenance or accesses the model could not place or does not model, per MiB: mva_unknown %.1f, mva_mismatch %.1f, mva_leftover %.1f, pl310_bad %.1f, pa_mismatch %.1f, no_hwaddr %.1f, set/way %.1f, DCCMVAU %.1f, PL310 by way %.1f\n",
+			c["mva_unknown"], c["mva_mismatch"], c["mva_leftover"], c["pl310_bad"], c["pa_mismatch"], c["no_hwaddr"], c["setway"], c["dccmvau"], c["pl310_way"])
 	}
 }
 

@@ -286,19 +286,23 @@ enum { OP_CLEAN = 1, OP_INV = 2, OP_CLEANINV = 3 };
  * session) lets an invalidate lose dirty data, and neither the
  * Cortex-A7 nor the Cortex-A9 TRM says the core turns it into a clean and
  * invalidate (some later cores do: the Cortex-A53 does). The model
- * discards the line, as silicon may, and counts it once per cache level.
+ * discards the line, as silicon may, and counts each operation that
+ * discarded dirty data once: a DCIMVAC on the Cortex-A7 reaches its L2 too
+ * and counts once even if both levels held the line dirty; with a PL310,
+ * the CP15 operation and the PL310's are two operations.
  * A driver whose buffer the CPU wrote before handing it to the device for
  * a receive loses those writes on silicon but not under QEMU.
  */
 
 /* l2_op applies a clean and/or invalidate to the L2 line of pa (a PL310
  * by-PA register, or a CP15 operation to the point of coherency reaching
- * the core's own L2). */
-static void l2_op(struct model *m, int op, uint64_t pa) {
+ * the core's own L2); it reports whether an invalidate discarded a dirty
+ * line (the caller counts inv_dirty). */
+static bool l2_op(struct model *m, int op, uint64_t pa) {
 	struct cache *c = &m->l2;
 	long s = find(c, pa >> c->shift);
-	if (s < 0) return;
-	if (op == OP_INV && c->dirty[s]) m->c[C_inv_dirty]++;
+	if (s < 0) return false;
+	bool lost = op == OP_INV && c->dirty[s];
 	if ((op & OP_CLEAN) && c->dirty[s]) {
 		c->dirty[s] = 0;
 		m->c[C_maint_l2_wb]++;
@@ -308,6 +312,7 @@ static void l2_op(struct model *m, int op, uint64_t pa) {
 		c->tag[s] = 0;
 		c->dirty[s] = 0;
 	}
+	return lost;
 }
 
 /* cp15_op is DCCMVAC (OP_CLEAN), DCIMVAC (OP_INV) or DCCIMVAC
@@ -316,8 +321,9 @@ static void cp15_op(struct model *m, int op, uint64_t pa) {
 	m->c[op == OP_CLEAN ? C_dccmvac : op == OP_INV ? C_dcimvac : C_dccimvac]++;
 	struct cache *c = &m->l1;
 	long s = find(c, pa >> c->shift);
+	bool lost = false;
 	if (s >= 0) {
-		if (op == OP_INV && c->dirty[s]) m->c[C_inv_dirty]++;
+		lost = op == OP_INV && c->dirty[s];
 		if ((op & OP_CLEAN) && c->dirty[s]) {
 			c->dirty[s] = 0;
 			m->c[C_maint_l1_wb]++;
@@ -336,12 +342,13 @@ static void cp15_op(struct model *m, int op, uint64_t pa) {
 			c->dirty[s] = 0;
 		}
 	}
-	if (!m->outer) l2_op(m, op, pa);
+	if (!m->outer && l2_op(m, op, pa)) lost = true;
+	if (lost) m->c[C_inv_dirty]++;
 }
 
 static void pl310_op(struct model *m, int op, uint64_t pa) {
 	m->c[op == OP_CLEAN ? C_pl310_clean : op == OP_INV ? C_pl310_inv : C_pl310_cleaninv]++;
-	l2_op(m, op, pa);
+	if (l2_op(m, op, pa)) m->c[C_inv_dirty]++;
 }
 
 /*
