@@ -97,8 +97,10 @@ type PPSStats struct {
 	// Source: datagrams handed to the stack and refused by it.
 	Sent       int64 `json:"sent"`
 	SendErrors int64 `json:"send_errors"`
+	// StartNs is the session's start, in the uptime_ns of /stats;
 	// FirstNs and LastNs are the first and last datagram's time (sent or
 	// counted) from the session's start.
+	StartNs int64 `json:"start_ns"`
 	FirstNs int64 `json:"first_ns"`
 	LastNs  int64 `json:"last_ns"`
 }
@@ -117,6 +119,7 @@ type ppsSession struct {
 	count       int64
 	size, rate  int
 	start       time.Time
+	startNs     int64
 	active      atomic.Bool
 	received    atomic.Int64
 	gaps, late  atomic.Int64
@@ -138,7 +141,7 @@ func (p *ppsSession) end() {
 func (p *ppsSession) stats() PPSStats {
 	st := PPSStats{Op: p.op, ID: p.id, Active: p.active.Load(), Peer: p.peer.String(), Count: p.count, Size: p.size, Rate: p.rate,
 		Received: p.received.Load(), Gaps: p.gaps.Load(), Late: p.late.Load(), Next: p.next.Load(), Refused: p.refused.Load(),
-		Sent: p.sent.Load(), SendErrors: p.errs.Load(), FirstNs: p.first.Load(), LastNs: p.last.Load()}
+		Sent: p.sent.Load(), SendErrors: p.errs.Load(), StartNs: p.startNs, FirstNs: p.first.Load(), LastNs: p.last.Load()}
 	if p.op == "rx" {
 		st.Lost = st.Gaps + (st.Count - int64(st.Next)) - st.Late
 	}
@@ -265,8 +268,19 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 	}
 	p.active.Store(true)
 	p.start = time.Now()
+	p.startNs = int64(p.start.Sub(s.Boot))
 	s.pps.cur = p
 	end := p.start.Add(time.Duration(delay)*time.Millisecond + length)
+	// A stop ends a read or a write the session waits in at once (a
+	// write waits while the stack's send queue is full), so that POST
+	// /pps?op=stop never waits for more than one datagram.
+	go func() {
+		select {
+		case <-p.stop:
+			c.SetDeadline(time.Now())
+		case <-p.done:
+		}
+	}()
 	if op == "rx" {
 		go s.ppsSink(p, c, end)
 	} else {
@@ -285,13 +299,6 @@ func (s *Server) ppsFinish(p *ppsSession, c *gonet.UDPConn) {
 // ppsSink counts the session's datagrams on c until end or a stop.
 func (s *Server) ppsSink(p *ppsSession, c *gonet.UDPConn, end time.Time) {
 	defer s.ppsFinish(p, c)
-	go func() {
-		select {
-		case <-p.stop:
-			c.SetReadDeadline(time.Now())
-		case <-p.done:
-		}
-	}()
 	c.SetReadDeadline(end)
 	buf := make([]byte, ppsBufSize)
 	for {
@@ -336,6 +343,7 @@ func (p *ppsSession) count1(b []byte, from net.Addr, t time.Duration) {
 // rate, until they are all sent, a stop, or deadline.
 func (s *Server) ppsSource(p *ppsSession, c *gonet.UDPConn, delay time.Duration, deadline time.Time) {
 	defer s.ppsFinish(p, c)
+	c.SetWriteDeadline(deadline)
 	to := net.UDPAddrFromAddrPort(p.peer)
 	buf := make([]byte, p.size)
 	binary.BigEndian.PutUint64(buf, p.id)
@@ -348,8 +356,11 @@ func (s *Server) ppsSource(p *ppsSession, c *gonet.UDPConn, delay time.Duration,
 			return false
 		}
 	}
+	// One timer for every wait, which a stop cuts short.
+	wait := time.NewTimer(delay)
+	defer wait.Stop()
 	select {
-	case <-time.After(delay):
+	case <-wait.C:
 	case <-p.stop:
 		return
 	}
@@ -358,10 +369,15 @@ func (s *Server) ppsSource(p *ppsSession, c *gonet.UDPConn, delay time.Duration,
 		// i < 2^20 and 10^9 < 2^30: no overflow.
 		due := t0.Add(time.Duration(i * int64(time.Second) / int64(p.rate)))
 		if now := time.Now(); now.Before(due) {
-			if now.After(deadline) || stopped() {
+			if now.After(deadline) {
 				return
 			}
-			time.Sleep(due.Sub(now))
+			wait.Reset(due.Sub(now))
+			select {
+			case <-wait.C:
+			case <-p.stop:
+				return
+			}
 			continue
 		}
 		binary.BigEndian.PutUint64(buf[8:], uint64(i))

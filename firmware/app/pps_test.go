@@ -34,7 +34,14 @@ func ppsDo(t *testing.T, r *limitsRig, method, query, token string) (int, string
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	// The HTTP service's places are few (Limits.MaxConns), and a
+	// connection the client closed holds one until the server's side
+	// closes too: a refused connection (EOF) is tried again.
 	resp, err := r.httpClient().Do(req)
+	for try := 0; err != nil && try < 20; try++ {
+		time.Sleep(50 * time.Millisecond)
+		resp, err = r.httpClient().Do(req)
+	}
 	if err != nil {
 		t.Fatalf("%s /pps?%s: %v", method, query, err)
 	}
@@ -239,5 +246,25 @@ func TestPPSSourceSendsPaced(t *testing.T) {
 	eventually(t, "the source's end", func() bool { return !ppsStats(t, r).Active })
 	if st := ppsStats(t, r); st.Sent != n || st.SendErrors != 0 || st.LastNs < int64((n-1)*time.Second/rate) {
 		t.Fatalf("source %+v", st)
+	}
+}
+
+// TestPPSStopIsPrompt: a stop ends a slow source (one datagram a second)
+// at once, not after its next wait, and its port closes.
+func TestPPSStopIsPrompt(t *testing.T) {
+	r := newPPSRig(t)
+	if code, body := ppsDo(t, r, http.MethodPost, "op=tx&port=9000&id=5&count=30&size=64&rate=1", ppsToken); code != http.StatusOK {
+		t.Fatalf("tx: %d %s", code, body)
+	}
+	eventually(t, "the first datagram", func() bool { return ppsStats(t, r).Sent == 1 })
+	t0 := time.Now()
+	if code, _ := ppsDo(t, r, http.MethodPost, "op=stop", ppsToken); code != http.StatusOK {
+		t.Fatalf("stop: %d", code)
+	}
+	if d := time.Since(t0); d > 400*time.Millisecond {
+		t.Fatalf("stop took %v", d)
+	}
+	if st := ppsStats(t, r); st.Active || st.Sent != 1 {
+		t.Fatalf("after stop: %+v", st)
 	}
 }
