@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache firmware qemu cosim soak campaign clean cost-gvisor
+.PHONY: test baseline-test fmt vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache bench-pps firmware qemu cosim soak campaign clean cost-gvisor
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -166,7 +166,7 @@ BENCHCOUNT ?= 6
 # make bench BOARD=x runs one.
 ALLBOARDS   := mx6ullevk mcimx7d sabrelite usbarmory
 BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),$(ALLBOARDS))
-bench: bench-host bench-qemu bench-cache
+bench: bench-host bench-qemu bench-cache bench-pps
 
 ## bench-cache: the silicon cost estimate with caches (issue 30): tamanic-cost -cache on the boards with a
 ## cache model: on the i.MX6ULL and i.MX6Q every TX mode and the receive path, on the i.MX6ULL also TamaGo's
@@ -196,6 +196,14 @@ bench-cache:
 	@if [ -n "$(CACHEBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-bench -cache-report build/bench/cache.md \
 	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD $(CACHEARGS) -cfg CFG -json FILE, CFG $(CACHECFG) (mcimx7d: $(CACHECFG_mcimx7d), then in a co-simulated boot $(CACHECFG_cx)); the baseline: -board mx6ullevk -baseline -cfg $(CACHEBASECFG)" \
 	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json $(if $(filter mx6ullevk,$(b)),build/bench/cache-$(b)-baseline.json) $(if $(filter mcimx7d,$(b)),build/bench/cache-$(b)-cx.json)); fi
+
+## bench-pps: small UDP datagrams (issue 33 item 1) on the mx6ullevk, tamanic and the baseline: packets per second
+## without loss (plain boot) and guest instructions per packet (icount) through a socket netdev to a raw-frame peer
+## (tamanic-pps; about 8 min with these flags), build/bench/pps.md, appended to the report
+PPSFLAGS ?= -runs 2 -icount-runs 1 -trial 100ms -bisect 2
+bench-pps:
+	@mkdir -p build/bench
+	@if echo " $(BENCHBOARDS) " | grep -q " mx6ullevk "; then $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o build/bench; fi
 
 bench-qemu:
 	@for b in $(BENCHBOARDS); do \

@@ -166,6 +166,11 @@ type Options struct {
 	// Image, when set, boots a flat image (tamanic-image's .bin) instead
 	// of the ELF.
 	Image *FlatImage
+	// Netdev, when set, is the -netdev backend of Boot's NIC in place of
+	// the user network (a socket netdev to a host-side peer:
+	// "socket,udp=127.0.0.1:A,localaddr=127.0.0.1:B"); nothing is then
+	// forwarded, so Ports reach nothing and Pcap is ignored.
+	Netdev string
 	// Pcap, when set, is a file QEMU records the frames of Boot's NIC in
 	// (filter-dump on its user network, the first 128 bytes of each:
 	// headers, for sequence numbers and lengths).
@@ -320,7 +325,9 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	m.Args = append(append([]string{}, machine...),
 		"-nographic", "-monitor", mon, "-serial", "stdio")
 	user := "user,net=10.0.0.0/24,host=10.0.0.2,dhcpstart=10.0.0.1," + fwd
-	if o.Pcap == "" {
+	if o.Netdev != "" {
+		m.Args = append(m.Args, "-netdev", o.Netdev+",id=tamanicnet", "-net", "nic,model=imx.enet,netdev=tamanicnet")
+	} else if o.Pcap == "" {
 		m.Args = append(m.Args, "-nic", "user,model=imx.enet,"+strings.TrimPrefix(user, "user,"))
 	} else {
 		m.Args = append(m.Args, "-netdev", user+",id=tamanicnet", "-net", "nic,model=imx.enet,netdev=tamanicnet",

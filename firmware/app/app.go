@@ -16,7 +16,9 @@
 //     GET / (a small status page). POST /mode and POST /gc need the header
 //     "Authorization: Bearer <token>" with the image's control token; an
 //     image built without one refuses them (403);
-//   - TCP and UDP 5201: an iperf3 server.
+//   - TCP and UDP 5201: an iperf3 server;
+//   - UDP 5003: the small-datagram benchmark's sink and source, closed
+//     but for a session the control token opens (POST /pps, pps.go).
 //
 // Sink, source, HTTP and the TCP echo are bounded (Limits, limits.go): connections per
 // service, shared between peers (places.go), an idle timeout, the
@@ -135,6 +137,8 @@ type Server struct {
 		SHA256 string `json:"sha256"`
 	}
 	sinkPattern SinkPatternStats
+	// pps is the small-datagram benchmark's session (pps.go).
+	pps ppsService
 	// selfTestMu is held while POST /selftest runs one.
 	selfTestMu sync.Mutex
 }
@@ -175,6 +179,8 @@ func (s *Server) Start() error {
 	mux.HandleFunc("POST /gc", s.gc)
 	mux.HandleFunc("GET /debug/regs", s.debugRegs)
 	mux.HandleFunc("POST /selftest", s.selfTest)
+	mux.HandleFunc("POST /pps", s.ppsPost)
+	mux.HandleFunc("GET /pps", s.ppsGet)
 	mux.HandleFunc("GET /{$}", s.index)
 	go s.httpServer(mux).Serve(&limitListener{Listener: web, sv: &s.svc.http})
 	return nil

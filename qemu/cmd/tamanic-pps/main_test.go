@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/qemu"
+)
+
+// testWire is a Wire with no socket or stack: enough for craft.
+func testWire() *Wire {
+	return &Wire{guestMAC: tcpip.LinkAddress([]byte{0xe, 0x32, 0xd6, 0x88, 0xdd, 0xb9})}
+}
+
+// TestCraftChecksums: a crafted frame carries valid IPv4 and UDP
+// checksums, its lengths, the id and sequence, at every size.
+func TestCraftChecksums(t *testing.T) {
+	w := testWire()
+	buf := make([]byte, frameHeader+app.PPSMaxSize)
+	for _, size := range append([]int{app.PPSHeader}, sizes...) {
+		f := w.craft(buf, size, 0x1122334455667788, 42)
+		if len(f) != frameHeader+size {
+			t.Fatalf("%d B: frame of %d", size, len(f))
+		}
+		ip := header.IPv4(f[header.EthernetMinimumSize:])
+		if !ip.IsValid(len(ip)) || !ip.IsChecksumValid() {
+			t.Fatalf("%d B: IPv4 header invalid", size)
+		}
+		u := header.UDP(ip.Payload())
+		if int(u.Length()) != header.UDPMinimumSize+size || u.DestinationPort() != app.PPSPort || u.SourcePort() != benchPort {
+			t.Fatalf("%d B: UDP %d -> %d length %d", size, u.SourcePort(), u.DestinationPort(), u.Length())
+		}
+		if !u.IsChecksumValid(ip.SourceAddress(), ip.DestinationAddress(), checksum.Checksum(u.Payload(), 0)) {
+			t.Fatalf("%d B: UDP checksum invalid", size)
+		}
+		if p := u.Payload(); binary.BigEndian.Uint64(p) != 0x1122334455667788 || binary.BigEndian.Uint64(p[8:]) != 42 {
+			t.Fatalf("%d B: payload %x", size, p[:16])
+		}
+	}
+}
+
+// fromGuest is a frame as the guest's source sends it: from PPSPort to
+// benchPort, payload p.
+func fromGuest(p []byte, sport, dport uint16) []byte {
+	f := make([]byte, frameHeader+len(p))
+	header.Ethernet(f).Encode(&header.EthernetFields{SrcAddr: tcpip.LinkAddress([]byte{0xe, 0, 0, 0, 0, 1}), DstAddr: peerMAC, Type: header.IPv4ProtocolNumber})
+	ip := header.IPv4(f[header.EthernetMinimumSize:])
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + header.UDPMinimumSize + len(p)), TTL: 64,
+		Protocol: uint8(header.UDPProtocolNumber), SrcAddr: tcpip.AddrFrom4(guestIP.As4()), DstAddr: tcpip.AddrFrom4(peerIP.As4())})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	u := header.UDP(ip[header.IPv4MinimumSize:])
+	u.Encode(&header.UDPFields{SrcPort: sport, DstPort: dport, Length: uint16(header.UDPMinimumSize + len(p))})
+	copy(u[header.UDPMinimumSize:], p)
+	return f
+}
+
+// TestBenchPayload: the wire takes the source's datagrams (and nothing
+// else) off the stack's path; a frame whose lengths do not hold is not
+// taken.
+func TestBenchPayload(t *testing.T) {
+	p := make([]byte, 64)
+	binary.BigEndian.PutUint64(p, 7)
+	if got, ok := benchPayload(fromGuest(p, app.PPSPort, benchPort)); !ok || len(got) != 64 {
+		t.Fatalf("the source's datagram: %v, %d bytes", ok, len(got))
+	}
+	for name, f := range map[string][]byte{
+		"other source port":  fromGuest(p, app.HTTPPort, benchPort),
+		"other dest port":    fromGuest(p, app.PPSPort, benchPort+1),
+		"truncated":          fromGuest(p, app.PPSPort, benchPort)[:frameHeader-1],
+		"crafted to guest":   testWire().craft(make([]byte, 2048), 64, 7, 0),
+		"UDP length > frame": func() []byte { f := fromGuest(p, app.PPSPort, benchPort); return f[:len(f)-10] }(),
+		"fragment": func() []byte {
+			f := fromGuest(p, app.PPSPort, benchPort)
+			ip := header.IPv4(f[header.EthernetMinimumSize:])
+			ip.SetFlagsFragmentOffset(header.IPv4FlagMoreFragments, 0)
+			return f
+		}(),
+	} {
+		if _, ok := benchPayload(f); ok {
+			t.Errorf("%s: taken as the benchmark's", name)
+		}
+	}
+}
+
+// FuzzBenchPayload: any frame is parsed without a panic, and a payload
+// taken lies within the frame.
+func FuzzBenchPayload(f *testing.F) {
+	f.Add(fromGuest(make([]byte, 18), app.PPSPort, benchPort))
+	f.Add(testWire().craft(make([]byte, 2048), 64, 1, 2))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, ok := benchPayload(b)
+		if ok && len(p) > len(b)-frameHeader {
+			t.Fatalf("payload of %d from a frame of %d", len(p), len(b))
+		}
+		c := newSeqCounter(1, 100)
+		c.add(p)
+	})
+}
+
+// TestSeqCounterHostile: a sequence out of the session's range (the
+// largest uint64 among them) is not counted and indexes nothing; a
+// repeat counts once; another id, or a short payload, is another's.
+func TestSeqCounterHostile(t *testing.T) {
+	c := newSeqCounter(9, 100)
+	d := func(id, seq uint64) []byte {
+		b := make([]byte, 18)
+		binary.BigEndian.PutUint64(b, id)
+		binary.BigEndian.PutUint64(b[8:], seq)
+		return b
+	}
+	for _, p := range [][]byte{d(9, 0), d(9, 99), d(9, 99), d(9, 100), d(9, 1<<63), d(9, ^uint64(0)), d(8, 1), d(9, 1)[:15]} {
+		c.add(p)
+	}
+	if n, other := c.counts(); n != 2 || other != 6 {
+		t.Fatalf("counted %d, others %d; want 2 and 6", n, other)
+	}
+	// A count past the service's own bound is clamped: no huge bitmap.
+	if c := newSeqCounter(1, 1<<40); c.count != app.PPSMaxCount || len(c.seen) != app.PPSMaxCount/64 {
+		t.Fatalf("clamped to %d, bitmap %d words", c.count, len(c.seen))
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	if _, err := parseSizes("18,64,1472"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"15", "1473", "x", "18,,64"} {
+		if _, err := parseSizes(bad); err == nil {
+			t.Errorf("-sizes %q accepted", bad)
+		}
+	}
+	c, err := parseConfigs("rx:tso:off,tx:sg:512")
+	if err != nil || len(c) != 2 || c[0] != (config{"rx", "tso", -1}) || c[1] != (config{"tx", "sg", 512}) {
+		t.Fatalf("%v %v", c, err)
+	}
+	for _, bad := range []string{"rx:tso", "up:tso:512", "rx:gso:512", "rx:tso:-5", "rx:tso:x"} {
+		if _, err := parseConfigs(bad); err == nil {
+			t.Errorf("-cfg %q accepted", bad)
+		}
+	}
+}
+
+// TestTrialVerdict: a trial passes only with nothing lost, no send
+// error and (send) the source within 5% of the rate.
+func TestTrialVerdict(t *testing.T) {
+	for _, c := range []struct {
+		t    trial
+		dir  string
+		want bool
+	}{
+		{trial{rate: 1000}, "tx", true},
+		{trial{rate: 940}, "tx", false},
+		{trial{rate: 940}, "rx", true},
+		{trial{rate: 1000, lost: 1}, "rx", false},
+		{trial{rate: 1000, errs: 1}, "tx", false},
+	} {
+		if got := c.t.ok(c.dir, 1000); got != c.want {
+			t.Errorf("%+v %s: %v", c.t, c.dir, got)
+		}
+	}
+}
+
+// TestSmokeQEMU boots the firmware on the socket wire and runs one
+// receive and one send trial of 64-byte datagrams at 500/s: every
+// datagram is counted by sequence, received+lost adds up, and one of
+// three tries of each loses nothing (the shared host can drop a burst
+// at QEMU's socket). Skipped in one line without QEMU and the TamaGo
+// toolchain.
+func TestSmokeQEMU(t *testing.T) {
+	if why := qemu.Missing(); why != "" {
+		t.Skipf("skipping the QEMU smoke test: %s", why)
+	}
+	if testing.Short() {
+		t.Skip("skipping the QEMU smoke test in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, _ := filepath.Abs("../../..")
+	dir := t.TempDir()
+	elf, err := qemu.BuildWith(ctx, root, dir, "mx6ullevk", qemu.BuildOptions{IP: guestIP.String() + "/24", Gateway: peerIP.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := boot(ctx, elf, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	for _, dir := range []string{"rx", "tx"} {
+		var last trial
+		ok := false
+		for try := 0; try < 3 && !ok; try++ {
+			if dir == "rx" {
+				last, err = b.rxTrial(64, 500, 200, nil, nil)
+			} else {
+				last, err = b.txTrial(64, 500, 200, 50*time.Millisecond, nil, nil)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", dir, err, b.m.Console())
+			}
+			if last.received+last.lost != 200 {
+				t.Fatalf("%s: received %d lost %d of 200", dir, last.received, last.lost)
+			}
+			ok = last.ok(dir, 500)
+		}
+		if !ok {
+			t.Fatalf("%s: three trials at 500/s lost datagrams; last %+v", dir, last)
+		}
+		t.Logf("%s: 200 of 200 at %.0f/s (%+v)", dir, last.rate, last.st)
+	}
+	if n := b.w.stray.Load(); n != 0 {
+		t.Fatalf("%d benchmark datagrams arrived outside a session", n)
+	}
+}
