@@ -232,6 +232,7 @@ type Machine struct {
 	monitor string // the monitor's socket (Options.Monitor)
 	nic     string // QEMU's name of the NIC Boot's -nic attaches
 	done    chan struct{}
+	exit    string // QEMU's exit error once done is closed, if it failed
 	mu      sync.Mutex
 	lines   []string
 }
@@ -385,7 +386,15 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 				}
 			}
 		}
-		m.cmd.Wait()
+		// How QEMU ended, for "exited before READY": QEMU 7.2 itself has
+		// crashed here under load (a general protection fault in
+		// qemu-system-arm, dmesg, 2026-12-06), which only the exit status
+		// tells apart from a firmware that stopped.
+		if err := m.cmd.Wait(); err != nil {
+			m.mu.Lock()
+			m.exit = err.Error()
+			m.mu.Unlock()
+		}
 	}()
 	to := o.ReadyTimeout
 	if to == 0 {
@@ -396,7 +405,13 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 		m.Boot = time.Since(start)
 		return m, nil
 	case <-m.done:
-		return nil, fmt.Errorf("qemu: exited before READY:\n%s", m.Console())
+		m.mu.Lock()
+		exit := m.exit
+		m.mu.Unlock()
+		if exit == "" {
+			exit = "exit status 0"
+		}
+		return nil, fmt.Errorf("qemu: exited before READY (%s):\n%s", exit, m.Console())
 	case <-time.After(to):
 		m.Stop()
 		return nil, fmt.Errorf("qemu: no READY within %v:\n%s", to, m.Console())
