@@ -25,8 +25,9 @@ import (
 // it cannot open the port at all.
 //
 // What a session holds: one UDP endpoint (its receive buffer the stack's
-// UDP default, as the echo's), the sink's 2 KiB buffer or the source's
-// one datagram, and two goroutines at most; one session at a time, at
+// UDP default, as the echo's), the sink's 2 KiB buffer and its bitmap of
+// sequence numbers seen (count bits: 128 KiB at PPSMaxCount) or the
+// source's one datagram, and two goroutines at most; one session at a time, at
 // most PPSMaxTime long. A spoofer who guesses the peer's address, port
 // and id can add to the counters of a running session (within count), no
 // more: it is a benchmark's instrument, opened by the holder of the
@@ -84,19 +85,23 @@ type PPSStats struct {
 	Count  int64  `json:"count"`
 	Size   int    `json:"size,omitempty"`
 	Rate   int    `json:"rate,omitempty"`
-	// Sink: datagrams of the session counted (sequence below Count);
-	// Gaps, datagrams skipped over by a jump forward in sequence; Late,
-	// datagrams whose sequence was below the next expected (reordered or
-	// repeated); Next, the next sequence expected; Lost, Gaps plus the
-	// tail never reached (Count-Next) less Late; Refused, datagrams not
-	// of the session (another address or port, another id, a sequence
-	// out of range, shorter than PPSHeader).
-	Received int64  `json:"received"`
-	Gaps     int64  `json:"gaps"`
-	Late     int64  `json:"late"`
-	Next     uint64 `json:"next"`
-	Lost     int64  `json:"lost"`
-	Refused  int64  `json:"refused"`
+	// Sink: Received, the distinct sequence numbers of the session
+	// counted (each below Count, each once); Duplicates, datagrams whose
+	// sequence was counted before (not in Received, never hiding a
+	// loss); Gaps, sequence numbers skipped over by a jump forward; Late,
+	// distinct datagrams whose sequence was below the next expected
+	// (reordered); Next, the next sequence expected; Lost, Count less
+	// Received (the sequence numbers never seen: a running session's tail
+	// included); Refused, datagrams not of the session (another address
+	// or port, another id, a sequence out of range, shorter than
+	// PPSHeader).
+	Received   int64  `json:"received"`
+	Gaps       int64  `json:"gaps"`
+	Late       int64  `json:"late"`
+	Next       uint64 `json:"next"`
+	Lost       int64  `json:"lost"`
+	Refused    int64  `json:"refused"`
+	Duplicates int64  `json:"duplicates"`
 	// Source: datagrams handed to the stack and refused by it.
 	Sent       int64 `json:"sent"`
 	SendErrors int64 `json:"send_errors"`
@@ -116,17 +121,22 @@ type ppsService struct {
 }
 
 type ppsSession struct {
-	op          string
-	id          uint64
-	peer        netip.AddrPort
-	count       int64
-	size, rate  int
-	start       time.Time
-	startNs     int64
-	active      atomic.Bool
-	received    atomic.Int64
-	gaps, late  atomic.Int64
-	next        atomic.Uint64
+	op         string
+	id         uint64
+	peer       netip.AddrPort
+	count      int64
+	size, rate int
+	start      time.Time
+	startNs    int64
+	active     atomic.Bool
+	received   atomic.Int64
+	gaps, late atomic.Int64
+	next       atomic.Uint64
+	dups       atomic.Int64
+	// seen has a bit per sequence number of a sink session (count bits,
+	// 128 KiB at PPSMaxCount; nil for a source), read and written by
+	// the sink's goroutine only.
+	seen        []uint64
 	refused     atomic.Int64
 	sent, errs  atomic.Int64
 	first, last atomic.Int64
@@ -143,10 +153,10 @@ func (p *ppsSession) end() {
 
 func (p *ppsSession) stats() PPSStats {
 	st := PPSStats{Op: p.op, ID: p.id, Active: p.active.Load(), Peer: p.peer.String(), Count: p.count, Size: p.size, Rate: p.rate,
-		Received: p.received.Load(), Gaps: p.gaps.Load(), Late: p.late.Load(), Next: p.next.Load(), Refused: p.refused.Load(),
+		Received: p.received.Load(), Gaps: p.gaps.Load(), Late: p.late.Load(), Next: p.next.Load(), Refused: p.refused.Load(), Duplicates: p.dups.Load(),
 		Sent: p.sent.Load(), SendErrors: p.errs.Load(), StartNs: p.startNs, FirstNs: p.first.Load(), LastNs: p.last.Load()}
 	if p.op == "rx" {
-		st.Lost = st.Gaps + (st.Count - int64(st.Next)) - st.Late
+		st.Lost = st.Count - st.Received
 	}
 	return st
 }
@@ -239,6 +249,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		length = time.Duration(secs) * time.Second
+		p.seen = make([]uint64, (p.count+63)/64)
 	} else {
 		var size, rate int64
 		if size, err = ppsParam(r, "size", PPSHeader, PPSMaxSize, -1); bad(err) {
@@ -323,11 +334,20 @@ func (p *ppsSession) count1(b []byte, from net.Addr, t time.Duration) {
 	}
 	seq := binary.BigEndian.Uint64(b[8:])
 	// The sequence is compared with count (at most PPSMaxCount) before
-	// any arithmetic: a hostile number cannot make gaps wrap.
+	// any arithmetic or indexing: a hostile number cannot make gaps wrap
+	// or index past seen.
 	if seq >= uint64(p.count) {
 		p.refused.Add(1)
 		return
 	}
+	// A repeat is counted apart: taken as a late one, it was subtracted
+	// from the loss and hid a datagram never received.
+	w, bit := seq/64, uint64(1)<<(seq%64)
+	if p.seen[w]&bit != 0 {
+		p.dups.Add(1)
+		return
+	}
+	p.seen[w] |= bit
 	next := p.next.Load()
 	switch {
 	case seq < next:

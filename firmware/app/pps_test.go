@@ -268,3 +268,41 @@ func TestPPSStopIsPrompt(t *testing.T) {
 		t.Fatalf("after stop: %+v", st)
 	}
 }
+
+// TestPPSSinkDuplicateHidesNoLoss (review, class 5): a repeated datagram
+// is not a received one, and never hides a lost one. Sequence 0, 2, 2 of
+// 3 lost 1: counted as late and subtracted from the loss, the repeat made
+// it "received 3, lost 0", a trial the host tool passes (its check
+// received+lost == count held by construction); 0, 0 of 1 was lost -1.
+func TestPPSSinkDuplicateHidesNoLoss(t *testing.T) {
+	r := newPPSRig(t)
+	c := ppsConn(t, r, clientAddr, 9000)
+	for i, tc := range []struct {
+		count            int
+		seqs             []uint64
+		received, lost   int64
+		late, duplicates int64
+	}{
+		{3, []uint64{0, 2, 2}, 2, 1, 0, 1},
+		{1, []uint64{0, 0}, 1, 0, 0, 1},
+		{4, []uint64{0, 3, 1, 1, 3}, 3, 1, 1, 2},
+	} {
+		id := uint64(100 + i)
+		if code, body := ppsDo(t, r, http.MethodPost, fmt.Sprintf("op=rx&port=9000&id=%d&count=%d&secs=10", id, tc.count), ppsToken); code != http.StatusOK {
+			t.Fatalf("arm: %d %s", code, body)
+		}
+		for _, seq := range tc.seqs {
+			c.Write(ppsDatagram(id, seq, 18))
+		}
+		eventually(t, "every datagram judged", func() bool {
+			st := ppsStats(t, r)
+			return st.Received+st.Duplicates+st.Refused == int64(len(tc.seqs))
+		})
+		st := ppsStats(t, r)
+		if st.Received != tc.received || st.Lost != tc.lost || st.Late != tc.late || st.Duplicates != tc.duplicates || st.Refused != 0 {
+			t.Errorf("count %d, sequence %v: %+v; want received %d lost %d late %d duplicates %d",
+				tc.count, tc.seqs, st, tc.received, tc.lost, tc.late, tc.duplicates)
+		}
+		ppsDo(t, r, http.MethodPost, "op=stop", ppsToken)
+	}
+}
