@@ -220,3 +220,25 @@ func TestSmokeQEMU(t *testing.T) {
 		t.Fatalf("%d benchmark datagrams arrived outside a session", n)
 	}
 }
+
+// TestSinkCounts (review, class 5): a receive trial's counts are taken
+// only when they add up and nothing was repeated. The sink's received and
+// lost add up to its count whatever arrived (lost is count less
+// received), so that check alone passed every trial; a repeat on this
+// wire means the wire or the guest duplicated a datagram.
+func TestSinkCounts(t *testing.T) {
+	for _, c := range []struct {
+		st   app.PPSStats
+		want bool
+	}{
+		{app.PPSStats{ID: 1, Count: 10, Received: 10}, true},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 1}, true},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 1, Duplicates: 1}, false},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 0}, false},
+		{app.PPSStats{ID: 2, Count: 10, Received: 10}, false},
+	} {
+		if err := sinkCounts(c.st, 1, 10); (err == nil) != c.want {
+			t.Errorf("%+v: %v", c.st, err)
+		}
+	}
+}
