@@ -28,7 +28,9 @@ import (
 // UDP default, as the echo's), the sink's 2 KiB buffer and its bitmap of
 // sequence numbers seen (count bits: 128 KiB at PPSMaxCount) or the
 // source's one datagram, and two goroutines at most; one session at a time, at
-// most PPSMaxTime long. A spoofer who guesses the peer's address, port
+// most PPSMaxTime long (a source whose write waits on a link that gives
+// no packets back runs on until a stop or the next POST /pps, which ends
+// a session past its deadline). A spoofer who guesses the peer's address, port
 // and id can add to the counters of a running session (within count), no
 // more: it is a benchmark's instrument, opened by the holder of the
 // control token.
@@ -127,6 +129,9 @@ type ppsSession struct {
 	count      int64
 	size, rate int
 	start      time.Time
+	// deadline is when the session is over whatever its goroutine
+	// does: a session still active past it is ended by the next POST.
+	deadline   time.Time
 	startNs    int64
 	active     atomic.Bool
 	received   atomic.Int64
@@ -269,6 +274,16 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 		}
 		p.size, p.rate = int(size), int(rate)
 	}
+	// A session still active past its deadline (a source's write that
+	// waits for room in a send buffer a stuck link never gives back: the
+	// source looks at its deadline only between datagrams) is ended here,
+	// outside the lock, rather than refusing every session until a stop.
+	s.pps.mu.Lock()
+	old := s.pps.cur
+	s.pps.mu.Unlock()
+	if old != nil && old.active.Load() && time.Now().After(old.deadline) {
+		old.end()
+	}
 	s.pps.mu.Lock()
 	defer s.pps.mu.Unlock()
 	if s.pps.cur != nil && s.pps.cur.active.Load() {
@@ -285,6 +300,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 	p.startNs = int64(p.start.Sub(s.Boot))
 	s.pps.cur = p
 	end := p.start.Add(time.Duration(delay)*time.Millisecond + length)
+	p.deadline = end.Add(time.Second)
 	// A stop ends a read or a write the session waits in at once (a
 	// write waits while the stack's send queue is full), so that POST
 	// /pps?op=stop never waits for more than one datagram.
@@ -298,7 +314,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 	if op == "rx" {
 		go s.ppsSink(p, c, end)
 	} else {
-		go s.ppsSource(p, c, time.Duration(delay)*time.Millisecond, end.Add(time.Second))
+		go s.ppsSource(p, c, time.Duration(delay)*time.Millisecond, p.deadline)
 	}
 	fmt.Fprintf(w, "op=%s id=%d peer=%s count=%d until=%v\n", op, p.id, p.peer, p.count, end.Sub(p.start))
 }
