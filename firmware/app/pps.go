@@ -329,6 +329,9 @@ func (s *Server) ppsFinish(p *ppsSession, c *gonet.UDPConn) {
 // ppsSink counts the session's datagrams on c until end or a stop.
 func (s *Server) ppsSink(p *ppsSession, c *gonet.UDPConn, end time.Time) {
 	defer s.ppsFinish(p, c)
+	// The bitmap is let go at the end (the session's counters stay
+	// readable): before done, so that whoever waits for it sees nil.
+	defer func() { p.seen = nil }()
 	c.SetReadDeadline(end)
 	buf := make([]byte, ppsBufSize)
 	for {

@@ -393,3 +393,24 @@ func (l *holdLink) release() {
 	}
 	l.held = nil
 }
+
+// TestPPSSinkBitmapReleased (review, class 1): a sink session's bitmap
+// of sequence numbers (128 KiB at PPSMaxCount) is let go when the
+// session ends, not held by the last session's counters until the next.
+func TestPPSSinkBitmapReleased(t *testing.T) {
+	r := newPPSRig(t)
+	if code, body := ppsDo(t, r, http.MethodPost, fmt.Sprintf("op=rx&port=9000&id=1&count=%d&secs=10", PPSMaxCount), ppsToken); code != http.StatusOK {
+		t.Fatalf("arm: %d %s", code, body)
+	}
+	r.srv.pps.mu.Lock()
+	p := r.srv.pps.cur
+	r.srv.pps.mu.Unlock()
+	if len(p.seen) != PPSMaxCount/64 {
+		t.Fatalf("bitmap of %d words", len(p.seen))
+	}
+	ppsDo(t, r, http.MethodPost, "op=stop", ppsToken)
+	<-p.done
+	if p.seen != nil {
+		t.Fatalf("the ended session still holds its bitmap (%d words)", len(p.seen))
+	}
+}
