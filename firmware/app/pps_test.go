@@ -365,6 +365,9 @@ func TestPPSSourceStuckLink(t *testing.T) {
 		t.Fatal("the stuck session's goroutines still run")
 	}
 	post("op=stop")
+	ch.release()
+	st.Close()
+	st.Wait()
 }
 
 // holdLink is a link that takes every packet and never gives it back (a
