@@ -170,8 +170,10 @@ func TestTrialVerdict(t *testing.T) {
 
 // TestSmokeQEMU boots the firmware on the socket wire and runs one
 // receive and one send trial of 64-byte datagrams at 500/s: every
-// datagram is counted by sequence, received+lost adds up, and one of
-// three tries of each loses nothing (the shared host can drop a burst
+// datagram is counted by sequence (a repeat fails a receive trial,
+// sinkCounts; received+lost adds up by construction in both directions,
+// lost being count less received), and one of three tries of each
+// loses nothing (the shared host can drop a burst
 // at QEMU's socket). Skipped in one line without QEMU and the TamaGo
 // toolchain.
 func TestSmokeQEMU(t *testing.T) {
