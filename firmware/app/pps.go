@@ -25,9 +25,12 @@ import (
 // it cannot open the port at all.
 //
 // What a session holds: one UDP endpoint (its receive buffer the stack's
-// UDP default, as the echo's), the sink's 2 KiB buffer or the source's
-// one datagram, and two goroutines at most; one session at a time, at
-// most PPSMaxTime long. A spoofer who guesses the peer's address, port
+// UDP default, as the echo's), the sink's 2 KiB buffer and its bitmap of
+// sequence numbers seen (count bits: 128 KiB at PPSMaxCount) or the
+// source's one datagram, and two goroutines at most; one session at a time, at
+// most PPSMaxTime long (a source whose write waits on a link that gives
+// no packets back runs on until a stop or the next POST /pps, which ends
+// a session past its deadline). A spoofer who guesses the peer's address, port
 // and id can add to the counters of a running session (within count), no
 // more: it is a benchmark's instrument, opened by the holder of the
 // control token.
@@ -84,19 +87,23 @@ type PPSStats struct {
 	Count  int64  `json:"count"`
 	Size   int    `json:"size,omitempty"`
 	Rate   int    `json:"rate,omitempty"`
-	// Sink: datagrams of the session counted (sequence below Count);
-	// Gaps, datagrams skipped over by a jump forward in sequence; Late,
-	// datagrams whose sequence was below the next expected (reordered or
-	// repeated); Next, the next sequence expected; Lost, Gaps plus the
-	// tail never reached (Count-Next) less Late; Refused, datagrams not
-	// of the session (another address or port, another id, a sequence
-	// out of range, shorter than PPSHeader).
-	Received int64  `json:"received"`
-	Gaps     int64  `json:"gaps"`
-	Late     int64  `json:"late"`
-	Next     uint64 `json:"next"`
-	Lost     int64  `json:"lost"`
-	Refused  int64  `json:"refused"`
+	// Sink: Received, the distinct sequence numbers of the session
+	// counted (each below Count, each once); Duplicates, datagrams whose
+	// sequence was counted before (not in Received, never hiding a
+	// loss); Gaps, sequence numbers skipped over by a jump forward; Late,
+	// distinct datagrams whose sequence was below the next expected
+	// (reordered); Next, the next sequence expected; Lost, Count less
+	// Received (the sequence numbers never seen: a running session's tail
+	// included); Refused, datagrams not of the session (another address
+	// or port, another id, a sequence out of range, shorter than
+	// PPSHeader).
+	Received   int64  `json:"received"`
+	Gaps       int64  `json:"gaps"`
+	Late       int64  `json:"late"`
+	Next       uint64 `json:"next"`
+	Lost       int64  `json:"lost"`
+	Refused    int64  `json:"refused"`
+	Duplicates int64  `json:"duplicates"`
 	// Source: datagrams handed to the stack and refused by it.
 	Sent       int64 `json:"sent"`
 	SendErrors int64 `json:"send_errors"`
@@ -116,17 +123,25 @@ type ppsService struct {
 }
 
 type ppsSession struct {
-	op          string
-	id          uint64
-	peer        netip.AddrPort
-	count       int64
-	size, rate  int
-	start       time.Time
-	startNs     int64
-	active      atomic.Bool
-	received    atomic.Int64
-	gaps, late  atomic.Int64
-	next        atomic.Uint64
+	op         string
+	id         uint64
+	peer       netip.AddrPort
+	count      int64
+	size, rate int
+	start      time.Time
+	// deadline is when the session is over whatever its goroutine
+	// does: a session still active past it is ended by the next POST.
+	deadline   time.Time
+	startNs    int64
+	active     atomic.Bool
+	received   atomic.Int64
+	gaps, late atomic.Int64
+	next       atomic.Uint64
+	dups       atomic.Int64
+	// seen has a bit per sequence number of a sink session (count bits,
+	// 128 KiB at PPSMaxCount; nil for a source), read and written by
+	// the sink's goroutine only.
+	seen        []uint64
 	refused     atomic.Int64
 	sent, errs  atomic.Int64
 	first, last atomic.Int64
@@ -143,10 +158,10 @@ func (p *ppsSession) end() {
 
 func (p *ppsSession) stats() PPSStats {
 	st := PPSStats{Op: p.op, ID: p.id, Active: p.active.Load(), Peer: p.peer.String(), Count: p.count, Size: p.size, Rate: p.rate,
-		Received: p.received.Load(), Gaps: p.gaps.Load(), Late: p.late.Load(), Next: p.next.Load(), Refused: p.refused.Load(),
+		Received: p.received.Load(), Gaps: p.gaps.Load(), Late: p.late.Load(), Next: p.next.Load(), Refused: p.refused.Load(), Duplicates: p.dups.Load(),
 		Sent: p.sent.Load(), SendErrors: p.errs.Load(), StartNs: p.startNs, FirstNs: p.first.Load(), LastNs: p.last.Load()}
 	if p.op == "rx" {
-		st.Lost = st.Gaps + (st.Count - int64(st.Next)) - st.Late
+		st.Lost = st.Count - st.Received
 	}
 	return st
 }
@@ -239,6 +254,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		length = time.Duration(secs) * time.Second
+		p.seen = make([]uint64, (p.count+63)/64)
 	} else {
 		var size, rate int64
 		if size, err = ppsParam(r, "size", PPSHeader, PPSMaxSize, -1); bad(err) {
@@ -258,6 +274,16 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 		}
 		p.size, p.rate = int(size), int(rate)
 	}
+	// A session still active past its deadline (a source's write that
+	// waits for room in a send buffer a stuck link never gives back: the
+	// source looks at its deadline only between datagrams) is ended here,
+	// outside the lock, rather than refusing every session until a stop.
+	s.pps.mu.Lock()
+	old := s.pps.cur
+	s.pps.mu.Unlock()
+	if old != nil && old.active.Load() && time.Now().After(old.deadline) {
+		old.end()
+	}
 	s.pps.mu.Lock()
 	defer s.pps.mu.Unlock()
 	if s.pps.cur != nil && s.pps.cur.active.Load() {
@@ -274,6 +300,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 	p.startNs = int64(p.start.Sub(s.Boot))
 	s.pps.cur = p
 	end := p.start.Add(time.Duration(delay)*time.Millisecond + length)
+	p.deadline = end.Add(time.Second)
 	// A stop ends a read or a write the session waits in at once (a
 	// write waits while the stack's send queue is full), so that POST
 	// /pps?op=stop never waits for more than one datagram.
@@ -287,7 +314,7 @@ func (s *Server) ppsPost(w http.ResponseWriter, r *http.Request) {
 	if op == "rx" {
 		go s.ppsSink(p, c, end)
 	} else {
-		go s.ppsSource(p, c, time.Duration(delay)*time.Millisecond, end.Add(time.Second))
+		go s.ppsSource(p, c, time.Duration(delay)*time.Millisecond, p.deadline)
 	}
 	fmt.Fprintf(w, "op=%s id=%d peer=%s count=%d until=%v\n", op, p.id, p.peer, p.count, end.Sub(p.start))
 }
@@ -302,6 +329,9 @@ func (s *Server) ppsFinish(p *ppsSession, c *gonet.UDPConn) {
 // ppsSink counts the session's datagrams on c until end or a stop.
 func (s *Server) ppsSink(p *ppsSession, c *gonet.UDPConn, end time.Time) {
 	defer s.ppsFinish(p, c)
+	// The bitmap is let go at the end (the session's counters stay
+	// readable): before done, so that whoever waits for it sees nil.
+	defer func() { p.seen = nil }()
 	c.SetReadDeadline(end)
 	buf := make([]byte, ppsBufSize)
 	for {
@@ -323,11 +353,20 @@ func (p *ppsSession) count1(b []byte, from net.Addr, t time.Duration) {
 	}
 	seq := binary.BigEndian.Uint64(b[8:])
 	// The sequence is compared with count (at most PPSMaxCount) before
-	// any arithmetic: a hostile number cannot make gaps wrap.
+	// any arithmetic or indexing: a hostile number cannot make gaps wrap
+	// or index past seen.
 	if seq >= uint64(p.count) {
 		p.refused.Add(1)
 		return
 	}
+	// A repeat is counted apart: taken as a late one, it was subtracted
+	// from the loss and hid a datagram never received.
+	w, bit := seq/64, uint64(1)<<(seq%64)
+	if p.seen[w]&bit != 0 {
+		p.dups.Add(1)
+		return
+	}
+	p.seen[w] |= bit
 	next := p.next.Load()
 	switch {
 	case seq < next:

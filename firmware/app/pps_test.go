@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +15,9 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 const ppsToken = "pps-test-token"
@@ -266,5 +270,150 @@ func TestPPSStopIsPrompt(t *testing.T) {
 	}
 	if st := ppsStats(t, r); st.Active || st.Sent != 1 {
 		t.Fatalf("after stop: %+v", st)
+	}
+}
+
+// TestPPSSinkDuplicateHidesNoLoss (review, class 5): a repeated datagram
+// is not a received one, and never hides a lost one. Sequence 0, 2, 2 of
+// 3 lost 1: counted as late and subtracted from the loss, the repeat made
+// it "received 3, lost 0", a trial the host tool passes (its check
+// received+lost == count held by construction); 0, 0 of 1 was lost -1.
+func TestPPSSinkDuplicateHidesNoLoss(t *testing.T) {
+	r := newPPSRig(t)
+	c := ppsConn(t, r, clientAddr, 9000)
+	for i, tc := range []struct {
+		count            int
+		seqs             []uint64
+		received, lost   int64
+		late, duplicates int64
+	}{
+		{3, []uint64{0, 2, 2}, 2, 1, 0, 1},
+		{1, []uint64{0, 0}, 1, 0, 0, 1},
+		{4, []uint64{0, 3, 1, 1, 3}, 3, 1, 1, 2},
+	} {
+		id := uint64(100 + i)
+		if code, body := ppsDo(t, r, http.MethodPost, fmt.Sprintf("op=rx&port=9000&id=%d&count=%d&secs=10", id, tc.count), ppsToken); code != http.StatusOK {
+			t.Fatalf("arm: %d %s", code, body)
+		}
+		for _, seq := range tc.seqs {
+			c.Write(ppsDatagram(id, seq, 18))
+		}
+		eventually(t, "every datagram judged", func() bool {
+			st := ppsStats(t, r)
+			return st.Received+st.Duplicates+st.Refused == int64(len(tc.seqs))
+		})
+		st := ppsStats(t, r)
+		if st.Received != tc.received || st.Lost != tc.lost || st.Late != tc.late || st.Duplicates != tc.duplicates || st.Refused != 0 {
+			t.Errorf("count %d, sequence %v: %+v; want received %d lost %d late %d duplicates %d",
+				tc.count, tc.seqs, st, tc.received, tc.lost, tc.late, tc.duplicates)
+		}
+		ppsDo(t, r, http.MethodPost, "op=stop", ppsToken)
+	}
+}
+
+// TestPPSSourceStuckLink (review, "a session never stopped"): a source
+// whose writes block (a link that never gives its packets back, as a
+// transmit ring whose completions stopped: the stack's send buffer
+// fills and a write waits for room) is still ended once past its
+// deadline: the next POST /pps ends it and is served, not refused with
+// 409 for ever, and the session's goroutines return. Before, only a stop
+// ended it: the deadline is looked at between datagrams, and the write
+// it waited in never returned.
+func TestPPSSourceStuckLink(t *testing.T) {
+	mac := [6]byte{2, 0, 0, 0, 0, 1}
+	ch := &holdLink{Endpoint: channel.New(16, 1500, tcpip.LinkAddress(mac[:]))}
+	defer ch.release()
+	st, err := NewStack(ch, mac, netip.MustParsePrefix("10.0.0.1/24"), netip.MustParseAddr("10.0.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := &Server{Stack: st, NIC: 1, Addr: tcpip.AddrFrom4([4]byte{10, 0, 0, 1}), Boot: time.Now(), ControlToken: ppsToken}
+	post := func(q string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, "/pps?"+q, nil)
+		req.RemoteAddr = "10.0.0.2:40000"
+		req.Header.Set("Authorization", "Bearer "+ppsToken)
+		w := httptest.NewRecorder()
+		s.ppsPost(w, req)
+		return w.Code, w.Body.String()
+	}
+	// 2000 datagrams of 1472 bytes in 20 ms: far past any send buffer.
+	if code, body := post("op=tx&port=9000&id=1&count=2000&size=1472&rate=100000"); code != http.StatusOK {
+		t.Fatalf("tx: %d %s", code, body)
+	}
+	first := s.pps.cur
+	eventually(t, "the source's writes to block", func() bool { return first.sent.Load() > 0 })
+	time.Sleep(1500 * time.Millisecond) // past its deadline (end + 1 s)
+	if !first.active.Load() {
+		t.Skipf("the source's writes did not block on this link: %+v", first.stats())
+	}
+	done := make(chan struct{})
+	var code int
+	var body string
+	go func() { code, body = post("op=rx&port=9000&id=2&count=10&secs=1"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("POST /pps after the stuck session's deadline: no answer in 5 s")
+	}
+	if code != http.StatusOK {
+		t.Fatalf("POST /pps after the stuck session's deadline: %d %s (sent %d)", code, body, first.sent.Load())
+	}
+	select {
+	case <-first.done:
+	default:
+		t.Fatal("the stuck session's goroutines still run")
+	}
+	post("op=stop")
+	ch.release()
+	st.Close()
+	st.Wait()
+}
+
+// holdLink is a link that takes every packet and never gives it back (a
+// transmit ring whose completions stopped): what it holds counts against
+// the sender's send buffer until release.
+type holdLink struct {
+	*channel.Endpoint
+	mu   sync.Mutex
+	held []*stack.PacketBuffer
+}
+
+func (l *holdLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range pkts.AsSlice() {
+		l.held = append(l.held, p.IncRef())
+	}
+	return pkts.Len(), nil
+}
+
+func (l *holdLink) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.held {
+		p.DecRef()
+	}
+	l.held = nil
+}
+
+// TestPPSSinkBitmapReleased (review, class 1): a sink session's bitmap
+// of sequence numbers (128 KiB at PPSMaxCount) is let go when the
+// session ends, not held by the last session's counters until the next.
+func TestPPSSinkBitmapReleased(t *testing.T) {
+	r := newPPSRig(t)
+	if code, body := ppsDo(t, r, http.MethodPost, fmt.Sprintf("op=rx&port=9000&id=1&count=%d&secs=10", PPSMaxCount), ppsToken); code != http.StatusOK {
+		t.Fatalf("arm: %d %s", code, body)
+	}
+	r.srv.pps.mu.Lock()
+	p := r.srv.pps.cur
+	r.srv.pps.mu.Unlock()
+	if len(p.seen) != PPSMaxCount/64 {
+		t.Fatalf("bitmap of %d words", len(p.seen))
+	}
+	ppsDo(t, r, http.MethodPost, "op=stop", ppsToken)
+	<-p.done
+	if p.seen != nil {
+		t.Fatalf("the ended session still holds its bitmap (%d words)", len(p.seen))
 	}
 }

@@ -416,11 +416,24 @@ func (b *bench) rxTrial(size, rate, n int, mid, after func() error) (trial, erro
 		prev = st.Received
 		time.Sleep(100 * time.Millisecond)
 	}
-	if t.received+t.lost != int64(n) {
-		// Late or repeated datagrams make these disagree: not on this wire.
-		return t, fmt.Errorf("sink counted %d and lost %d of %d (%+v)", t.received, t.lost, n, t.st)
+	return t, sinkCounts(t.st, id, n)
+}
+
+// sinkCounts says whether the sink's counts st of a receive trial of n
+// datagrams, session id, are to be taken: of the session, adding up
+// (received, distinct, and lost make n), and nothing repeated: on this
+// wire a repeat means the wire or the guest duplicated a datagram.
+func sinkCounts(st app.PPSStats, id uint64, n int) error {
+	if st.ID != id {
+		return fmt.Errorf("sink reports session %d, want %d", st.ID, id)
 	}
-	return t, nil
+	if st.Received+st.Lost != int64(n) {
+		return fmt.Errorf("sink counted %d and lost %d of %d (%+v)", st.Received, st.Lost, n, st)
+	}
+	if st.Duplicates != 0 {
+		return fmt.Errorf("sink counted %d repeated datagrams (%+v)", st.Duplicates, st)
+	}
+	return nil
 }
 
 // txTrial asks the firmware's source for n datagrams of size bytes at

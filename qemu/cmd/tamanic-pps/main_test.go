@@ -170,8 +170,10 @@ func TestTrialVerdict(t *testing.T) {
 
 // TestSmokeQEMU boots the firmware on the socket wire and runs one
 // receive and one send trial of 64-byte datagrams at 500/s: every
-// datagram is counted by sequence, received+lost adds up, and one of
-// three tries of each loses nothing (the shared host can drop a burst
+// datagram is counted by sequence (a repeat fails a receive trial,
+// sinkCounts; received+lost adds up by construction in both directions,
+// lost being count less received), and one of three tries of each
+// loses nothing (the shared host can drop a burst
 // at QEMU's socket). Skipped in one line without QEMU and the TamaGo
 // toolchain.
 func TestSmokeQEMU(t *testing.T) {
@@ -218,5 +220,27 @@ func TestSmokeQEMU(t *testing.T) {
 	}
 	if n := b.w.stray.Load(); n != 0 {
 		t.Fatalf("%d benchmark datagrams arrived outside a session", n)
+	}
+}
+
+// TestSinkCounts (review, class 5): a receive trial's counts are taken
+// only when they add up and nothing was repeated. The sink's received and
+// lost add up to its count whatever arrived (lost is count less
+// received), so that check alone passed every trial; a repeat on this
+// wire means the wire or the guest duplicated a datagram.
+func TestSinkCounts(t *testing.T) {
+	for _, c := range []struct {
+		st   app.PPSStats
+		want bool
+	}{
+		{app.PPSStats{ID: 1, Count: 10, Received: 10}, true},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 1}, true},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 1, Duplicates: 1}, false},
+		{app.PPSStats{ID: 1, Count: 10, Received: 9, Lost: 0}, false},
+		{app.PPSStats{ID: 2, Count: 10, Received: 10}, false},
+	} {
+		if err := sinkCounts(c.st, 1, 10); (err == nil) != c.want {
+			t.Errorf("%+v: %v", c.st, err)
+		}
 	}
 }
