@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache bench-pps bench-targets firmware qemu cosim soak campaign clean cost-gvisor
+.PHONY: test baseline-test fmt lines vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache bench-pps bench-targets firmware qemu cosim soak campaign clean cost-gvisor
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -17,8 +17,12 @@ TAMAGODIR = $$($(GO) list -m -f '{{.Dir}}' github.com/usbarmory/tamago)
 LINKADDR  = $(if $(filter sabrelite,$(BOARD)),0x10010000,0x80010000)
 DCD       = $(or $(wildcard board/$(BOARD)/imximage.cfg),$(TAMAGODIR)/board/$(if $(filter usbarmory,$(BOARD)),usbarmory/mk2,nxp/$(BOARD))/imximage.cfg)
 
-## test: everything CI checks (format, vet, race tests, coverage gate, ARM build)
-test: fmt vet race-cover cross baseline-test gvisor-test
+## test: everything CI checks (format, file lengths, vet, race tests, coverage gate, ARM build)
+test: fmt lines vet race-cover cross baseline-test gvisor-test
+
+## lines: no Go file over 600 lines, no test over 800 (issue 31; split along the code's seams)
+lines:
+	@scripts/linecount.sh
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// write writes pps.json and pps.md in out, and appends the table to the
+// report.md beside them if there is one.
+func write(out string, rows []Row, command string, o options, took time.Duration) error {
+	js, _ := json.MarshalIndent(rows, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "pps.json"), js, 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	report(&b, rows, command, o, took)
+	fmt.Print(b.String())
+	if err := os.WriteFile(filepath.Join(out, "pps.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	rep := filepath.Join(out, "report.md")
+	if _, err := os.Stat(rep); err != nil {
+		return nil
+	}
+	f, err := os.OpenFile(rep, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.WriteString(f, b.String())
+	return err
+}
+
+// stat is a median and the spread (least, most) of some figures.
+type stat struct{ med, lo, hi float64 }
+
+func summarise(v []float64) stat {
+	if len(v) == 0 {
+		return stat{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stat{m, s[0], s[len(s)-1]}
+}
+
+// report writes the table: a line per firmware, direction and setting,
+// a column per size; each cell the plain boot's packets per second
+// (median, and the least and most of the runs) and the icount boot's
+// instructions per packet (median and spread).
+func report(w io.Writer, rows []Row, command string, o options, took time.Duration) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n### Small datagrams: packets per second and instructions per packet (UDP, socket netdev)\n\n`%s` (%s)\n\n", command, took.Round(time.Second))
+	fmt.Fprintf(w, "mx6ullevk under QEMU, ENET1 on a `-netdev socket,udp=` wire to a host-side peer that crafts and counts raw frames (control over a gVisor stack on the same wire). Each cell: packets/s, the highest rate a %v trial passed at without loss (plain boot, wall time; loss from sequence numbers; median of %d searches [least–most]), then guest instructions per packet (icount boot, %d datagrams at %d/s, busy time less the /stats readings; median [least–most]). rx: host→firmware (the sink), tx: firmware→host (the source). Loss in the icount runs: sum in the last column.\n\n",
+		o.trial, o.runs, o.icountN, o.icountRate)
+	type key struct {
+		fw, dir, mode string
+		cb            int
+	}
+	var keys []key
+	seen := map[key]bool{}
+	sizesSeen := map[int]bool{}
+	var szs []int
+	for _, r := range rows {
+		k := key{r.Firmware, r.Dir, r.Mode, r.Copybreak}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+		if !sizesSeen[r.Size] {
+			sizesSeen[r.Size] = true
+			szs = append(szs, r.Size)
+		}
+	}
+	sort.Ints(szs)
+	sort.SliceStable(keys, func(i, j int) bool {
+		if keys[i].dir != keys[j].dir {
+			return keys[i].dir < keys[j].dir
+		}
+		return keys[i].fw > keys[j].fw
+	})
+	fmt.Fprint(w, "| firmware | direction | TX mode | copybreak |")
+	for _, s := range szs {
+		fmt.Fprintf(w, " %d B |", s)
+	}
+	fmt.Fprint(w, " icount lost |\n|---|---|---|---|")
+	for range szs {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w, "---|")
+	for _, k := range keys {
+		fw := k.fw
+		if fw == "baseline" {
+			fw = "baseline (TamaGo's ENET driver)"
+		}
+		cb := cbName(k.cb)
+		if k.fw != "tamanic" {
+			cb = "n/a"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |", fw, k.dir, k.mode, cb)
+		var lost int64
+		for _, s := range szs {
+			var pps, ins []float64
+			for _, r := range rows {
+				if (key{r.Firmware, r.Dir, r.Mode, r.Copybreak}) != k || r.Size != s {
+					continue
+				}
+				if r.Boot == "plain" {
+					pps = append(pps, r.PPS)
+				} else {
+					ins = append(ins, r.InstrPerPkt)
+					lost += r.Lost
+				}
+			}
+			cell := ""
+			if p := summarise(pps); len(pps) > 0 {
+				cell = fmt.Sprintf("%.0f [%.0f–%.0f]", p.med, p.lo, p.hi)
+			}
+			if i := summarise(ins); len(ins) > 0 {
+				cell += fmt.Sprintf("<br>%.1f k instr [%.1f–%.1f]", i.med/1e3, i.lo/1e3, i.hi/1e3)
+			}
+			fmt.Fprintf(w, " %s |", cell)
+		}
+		fmt.Fprintf(w, " %d |\n", lost)
+	}
+}
