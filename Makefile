@@ -204,7 +204,7 @@ bench-cache:
 ## bench-pps: small UDP datagrams (issue 33 item 1) on the mx6ullevk, tamanic and the baseline: packets per second
 ## without loss (plain boot) and guest instructions per packet (icount) through a socket netdev to a raw-frame peer
 ## (tamanic-pps; about 8 min with these flags), build/bench/pps.md, appended to the report
-PPSFLAGS ?= -runs 2 -icount-runs 1 -trial 100ms -bisect 2
+PPSFLAGS ?= -runs 1 -icount-runs 1 -trial 100ms -bisect 2
 bench-pps:
 	@mkdir -p build/bench
 	@if echo " $(BENCHBOARDS) " | grep -q " mx6ullevk "; then $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o build/bench; fi
