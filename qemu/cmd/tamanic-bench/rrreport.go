@@ -1,14 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tamanic/tamanic/qemu"
 )
 
 // counts returns the histogram at path in a /stats document: bucket
@@ -200,25 +199,7 @@ func kinstr(ns int64) string {
 // writeRR writes the runs as rr.json and their tables as rr.md in out,
 // and appends the tables to out's report.md if there is one.
 func writeRR(out string, rs []RRRun, command string) error {
-	js, _ := json.MarshalIndent(rs, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, "rr.json"), js, 0o644); err != nil {
-		return err
-	}
 	var b strings.Builder
 	rrReport(&b, rs, command)
-	fmt.Print(b.String())
-	if err := os.WriteFile(filepath.Join(out, "rr.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	rep := filepath.Join(out, "report.md")
-	if _, err := os.Stat(rep); err != nil {
-		return nil
-	}
-	f, err := os.OpenFile(rep, os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.WriteString(f, b.String())
-	return err
+	return qemu.WriteTables(out, "rr", rs, b.String())
 }

@@ -1,40 +1,21 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tamanic/tamanic/qemu"
 )
 
 // write writes pps.json and pps.md in out, and appends the table to the
 // report.md beside them if there is one.
 func write(out string, rows []Row, command string, o options, took time.Duration) error {
-	js, _ := json.MarshalIndent(rows, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, "pps.json"), js, 0o644); err != nil {
-		return err
-	}
 	var b strings.Builder
 	report(&b, rows, command, o, took)
-	fmt.Print(b.String())
-	if err := os.WriteFile(filepath.Join(out, "pps.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	rep := filepath.Join(out, "report.md")
-	if _, err := os.Stat(rep); err != nil {
-		return nil
-	}
-	f, err := os.OpenFile(rep, os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.WriteString(f, b.String())
-	return err
+	return qemu.WriteTables(out, "pps", rows, b.String())
 }
 
 // stat is a median and the spread (least, most) of some figures.
