@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,6 +205,13 @@ func TestStackSmallWrites(t *testing.T) {
 			t.Cleanup(func() { a.close(); b.close() })
 			w := connectxtest.Connect(a.port, b.port)
 			var most atomic.Int64 // the longest TCP payload a sent
+			// Once data flows, a's card holds its sends for 50 ms: no ACK
+			// comes back, gVisor's congestion window fills and the writes
+			// meanwhile queue behind it, to leave as segments of many
+			// views. Without the hold, whether any write queued was up to
+			// the host's timing: a CI run under load saw every segment
+			// leave with one write (8 bytes) and failed.
+			var hold sync.Once
 			w.SetTap(func(from int, f []byte) {
 				if from != 0 || len(f) < 54 || binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[23] != 6 {
 					return
@@ -213,6 +221,15 @@ func TestStackSmallWrites(t *testing.T) {
 					return
 				}
 				l := int(binary.BigEndian.Uint16(f[16:])) - ihl - int(f[14+ihl+12]>>4)*4
+				if l > 0 {
+					hold.Do(func() {
+						go func() {
+							ra.Model.SetFaults(connectxtest.Faults{HoldTx: true})
+							time.Sleep(50 * time.Millisecond)
+							ra.Model.ReleaseTx()
+						}()
+					})
+				}
 				for m := most.Load(); int64(l) > m && !most.CompareAndSwap(m, int64(l)); m = most.Load() {
 				}
 			})
