@@ -218,14 +218,20 @@ func drawPlot(all []Run, path string) error {
 		}
 		rows[2] = append(rows[2], p)
 	}
-	img := vgimg.New(vg.Points(1100), vg.Points(1200))
+	return writeGrid(path, "plot", 1200, rows[:])
+}
+
+// writeGrid draws rows of panels, each row one tile row, onto a PNG
+// 1100 points wide and height points high, and writes it to path; what
+// names the plot in an error.
+func writeGrid(path, what string, height float64, rows [][]*plot.Plot) error {
+	img := vgimg.New(vg.Points(1100), vg.Points(height))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Points(30), PadY: vg.Points(25), PadTop: vg.Points(10),
+	tiles := draw.Tiles{Rows: len(rows), Cols: 2, PadX: vg.Points(30), PadY: vg.Points(25), PadTop: vg.Points(10),
 		PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{rows[0], rows[1], rows[2]}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		for j, p := range plots[i] {
+	canvases := plot.Align(rows, tiles, dc)
+	for i := range rows {
+		for j, p := range rows[i] {
 			p.Draw(canvases[i][j])
 		}
 	}
@@ -235,7 +241,7 @@ func drawPlot(all []Run, path string) error {
 	}
 	defer w.Close()
 	if _, err = (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	return w.Close()
 }

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/tamanic/tamanic/qemu"
 )
@@ -78,24 +74,5 @@ func drawCachePlot(runs []qemu.CostRun, path string) error {
 		}
 		rows[1] = append(rows[1], p)
 	}
-	img := vgimg.New(vg.Points(1100), vg.Points(850))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Points(30), PadY: vg.Points(25), PadTop: vg.Points(10),
-		PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{rows[0], rows[1]}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		for j, p := range plots[i] {
-			p.Draw(canvases[i][j])
-		}
-	}
-	w, err := newFile(path)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if _, err = (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		return fmt.Errorf("cache plot %s: %w", path, err)
-	}
-	return w.Close()
+	return writeGrid(path, "cache plot", 850, rows[:])
 }
