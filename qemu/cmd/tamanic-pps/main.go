@@ -47,6 +47,8 @@ import (
 // icount run.
 type Row struct {
 	Firmware  string `json:"firmware"` // tamanic or baseline
+	Board     string `json:"board"`    // mx6ullevk or mcimx7d
+	NIC       string `json:"nic"`      // enet or e1000e (mcimx7d's 82574L)
 	Boot      string `json:"boot"`     // plain or icount
 	Dir       string `json:"dir"`      // rx (to the firmware) or tx (from it)
 	Mode      string `json:"mode"`
