@@ -152,6 +152,11 @@ type Options struct {
 	// root port on its own user network (E1000ENet, host .2), its
 	// services forwarded from 127.0.0.1 (Machine.E1000E).
 	E1000E bool
+	// E1000ENetdev, when set with E1000E, is the e1000e's -netdev backend
+	// in place of its user network (a socket netdev to a host-side peer,
+	// as Netdev for Boot's NIC); nothing is then forwarded and
+	// Machine.E1000E is nil.
+	E1000ENetdev string
 	// Args are further QEMU arguments (CosimArgs).
 	Args []string
 	// Monitor opens QEMU's human monitor on a Unix socket, for
@@ -344,7 +349,9 @@ func Boot(ctx context.Context, o Options) (*Machine, error) {
 	for _, d := range o.Devices {
 		m.Args = append(m.Args, "-device", d)
 	}
-	if o.E1000E {
+	if o.E1000E && o.E1000ENetdev != "" {
+		m.Args = append(m.Args, "-netdev", o.E1000ENetdev+",id=e1k", "-device", "e1000e,bus=dw-pcie,netdev=e1k")
+	} else if o.E1000E {
 		m.E1000E = &Ports{SinkPort: ps[5], SourcePort: ps[6], HTTPPort: ps[7], EchoPort: ps[8]}
 		m.Args = append(m.Args, "-netdev", "user,id=e1k,net="+E1000ENet+",host="+E1000EHost+",dhcpstart="+E1000EGuest+","+m.E1000E.hostfwd(E1000EGuest),
 			"-device", "e1000e,bus=dw-pcie,netdev=e1k")

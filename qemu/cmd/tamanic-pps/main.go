@@ -95,6 +95,11 @@ type options struct {
 	baseline   bool
 	icount     bool
 	configs    []config
+	// board is mx6ullevk or mcimx7d; nics the mcimx7d's NICs measured
+	// (enet, e1000e), e1000eConfigs the 82574L's settings.
+	board         string
+	nics          []string
+	e1000eConfigs []config
 }
 
 // config is one firmware setting and direction.
@@ -108,6 +113,11 @@ type config struct {
 // only moves the few ACK-less sends a sink makes), send in each TX mode
 // (copybreak 512: the sender receives nothing but ARP and HTTP).
 var defaultConfigs = []config{{"rx", "tso", 512}, {"rx", "tso", -1}, {"tx", "bounce", 512}, {"tx", "sg", 512}, {"tx", "tso", 512}}
+
+// defaultE1000EConfigs: the 82574L receiving (no copybreak in its
+// driver: -1) and sending with its hardware TSO on (a datagram is one
+// frame either way: its TX modes differ only for TCP).
+var defaultE1000EConfigs = []config{{"rx", "tso", -1}, {"tx", "tso", -1}}
 
 func main() {
 	var o options
@@ -123,11 +133,20 @@ func main() {
 	cfg := flag.String("cfg", "", "configurations dir:mode:copybreak, comma-separated (default rx:tso:512,rx:tso:off,tx:bounce:512,tx:sg:512,tx:tso:512)")
 	flag.BoolVar(&o.baseline, "baseline", true, "also the baseline firmware (TamaGo's ENET driver)")
 	flag.BoolVar(&o.icount, "icount", true, "also the icount boots (instructions per packet)")
-	out := flag.String("o", "build/bench", "directory for pps.md and pps.json")
+	e1cfg := flag.String("e1000e-cfg", "", "the 82574L's configurations dir:mode (mode sg or tso; no copybreak), comma-separated (default rx:tso,tx:tso)")
+	flag.StringVar(&o.board, "board", "mx6ullevk", "mx6ullevk or mcimx7d (its ENET1 and its 82574L, -nics; no baseline)")
+	nics := flag.String("nics", "enet,e1000e", "the mcimx7d's NICs to measure: enet, e1000e")
+	out := flag.String("o", "build/bench", "directory for pps.md and pps.json (pps-BOARD.* for a board other than mx6ullevk)")
 	flag.Parse()
 	var err error
 	if o.sizes, err = parseSizes(*sz); err == nil {
 		o.configs, err = parseConfigs(*cfg)
+	}
+	if err == nil {
+		o.e1000eConfigs, err = parseE1000EConfigs(*e1cfg)
+	}
+	if err == nil {
+		o.nics, err = parseBoard(&o, *nics)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tamanic-pps:", err)
@@ -158,20 +177,58 @@ func main() {
 	}
 }
 
-// runAll builds both firmwares and measures every row.
+// parseBoard checks -board and returns the NICs to measure: the
+// mx6ullevk's ENET1, or the mcimx7d's from -nics. The mcimx7d has no
+// baseline firmware (module baseline/ builds the mx6ullevk's).
+func parseBoard(o *options, nics string) ([]string, error) {
+	switch o.board {
+	case "mx6ullevk":
+		return []string{"enet"}, nil
+	case "mcimx7d":
+		o.baseline = false
+	default:
+		return nil, fmt.Errorf("-board: %q: want mx6ullevk or mcimx7d", o.board)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range strings.Split(nics, ",") {
+		if (n != "enet" && n != "e1000e") || seen[n] {
+			return nil, fmt.Errorf("-nics: %q: want enet and/or e1000e, each once", n)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// firmwareOptions are the build settings of the board's firmware: ENET1
+// static on enetLink, and on the mcimx7d the 82574L static on
+// e1000eLink (no DHCP on either wire).
+func firmwareOptions(board string) qemu.BuildOptions {
+	b := qemu.BuildOptions{IP: enetLink.guest.String() + fmt.Sprintf("/%d", linkBits), Gateway: enetLink.peer.String()}
+	if board == "mcimx7d" {
+		b.XFlags = []string{"main.E1000EDHCP=off", "main.E1000EIP=" + e1000eLink.guest.String() + fmt.Sprintf("/%d", linkBits)}
+	}
+	return b
+}
+
+// runAll builds the firmwares and measures every row.
 func runAll(ctx context.Context, root, out string, o options) ([]Row, error) {
-	elf, err := qemu.BuildWith(ctx, root, out, "mx6ullevk", qemu.BuildOptions{IP: guestIP.String() + "/24", Gateway: peerIP.String()})
+	elf, err := qemu.BuildWith(ctx, root, out, o.board, firmwareOptions(o.board))
 	if err != nil {
 		return nil, err
 	}
-	type fw struct{ name, elf string }
-	fws := []fw{{"tamanic", elf}}
+	type fw struct{ name, elf, nic string }
+	var fws []fw
+	for _, n := range o.nics {
+		fws = append(fws, fw{"tamanic", elf, n})
+	}
 	if o.baseline {
 		belf, err := buildBaseline(ctx, root, out)
 		if err != nil {
 			return nil, err
 		}
-		fws = append(fws, fw{"baseline", belf})
+		fws = append(fws, fw{"baseline", belf, "enet"})
 	}
 	boots := []string{"plain"}
 	if o.icount {
@@ -180,7 +237,7 @@ func runAll(ctx context.Context, root, out string, o options) ([]Row, error) {
 	var rows []Row
 	for _, boot := range boots {
 		for _, f := range fws {
-			rs, err := runBoot(ctx, f.name, f.elf, boot, o)
+			rs, err := runBoot(ctx, f.name, f.elf, f.nic, boot, o)
 			rows = append(rows, rs...)
 			if err != nil {
 				return rows, err
@@ -216,6 +273,7 @@ func buildBaseline(ctx context.Context, root, dir string) (string, error) {
 type bench struct {
 	m    *qemu.Machine
 	w    *Wire
+	nic  string // enet or e1000e
 	http *http.Client
 	id   uint64
 	// bgPerNs is the idle guest's busy time per nanosecond (icount
@@ -223,13 +281,22 @@ type bench struct {
 	bgPerNs float64
 }
 
-// boot starts elf on a new wire.
-func boot(ctx context.Context, elf, kind string) (*bench, error) {
-	w, err := newWire()
+// boot starts elf on board with a new wire to nic: the ENET's (ENET1
+// on the socket netdev), or the 82574L's (the e1000e on the socket
+// netdev, ENET1 on QEMU's user network, unused).
+func boot(ctx context.Context, elf, board, nic, kind string) (*bench, error) {
+	l := enetLink
+	if nic == "e1000e" {
+		l = e1000eLink
+	}
+	w, err := newWire(l)
 	if err != nil {
 		return nil, err
 	}
-	o := qemu.Options{ELF: elf, Board: "mx6ullevk", Netdev: w.NetdevArg()}
+	o := qemu.Options{ELF: elf, Board: board, Netdev: w.NetdevArg()}
+	if nic == "e1000e" {
+		o = qemu.Options{ELF: elf, Board: board, E1000E: true, E1000ENetdev: w.NetdevArg()}
+	}
 	if kind == "icount" {
 		// sleep=on, as tamanic-bench -rr: an idle guest's clock follows
 		// the host's, so its timers do not run ahead while it waits for
@@ -243,13 +310,16 @@ func boot(ctx context.Context, elf, kind string) (*bench, error) {
 		return nil, err
 	}
 	mac, err := readyMAC(m.Ready)
+	if nic == "e1000e" {
+		mac, err = e1000eMAC(m.Console())
+	}
 	if err != nil {
 		m.Stop()
 		w.Close()
 		return nil, err
 	}
 	w.SetGuestMAC(mac)
-	b := &bench{m: m, w: w, id: uint64(time.Now().UnixNano()) & (1<<40 - 1)} // far below the service's 2^62
+	b := &bench{m: m, w: w, nic: nic, id: uint64(time.Now().UnixNano()) & (1<<40 - 1)} // far below the service's 2^62
 	// One kept-alive connection for every control request (a connection
 	// a request would leave TIME-WAIT endpoints whose timers cost the
 	// guest: tamanic-bench's rrHTTP).
@@ -274,12 +344,24 @@ func readyMAC(ready string) (net.HardwareAddr, error) {
 	return nil, fmt.Errorf("no mac= in %q", ready)
 }
 
+// e1000eMAC returns the mac= of the console's "E1000E ip=... mac=..."
+// line (the mcimx7d firmware prints it before READY), and an error if
+// the 82574L did not come up.
+func e1000eMAC(console string) (net.HardwareAddr, error) {
+	for _, line := range strings.Split(console, "\n") {
+		if strings.HasPrefix(line, "E1000E ip=") {
+			return readyMAC(line)
+		}
+	}
+	return nil, fmt.Errorf("no \"E1000E ip=\" line (82574L not up):\n%s", tail(console, 20))
+}
+
 // do sends a control request with the harness's token and returns the
 // body; a status other than 200 is an error.
 func (b *bench) do(method, path string) ([]byte, error) {
 	var body []byte
 	err := retry(3, 500*time.Millisecond, func() error {
-		req, err := http.NewRequest(method, "http://"+guestIP.String()+path, nil)
+		req, err := http.NewRequest(method, "http://"+b.w.link.guest.String()+path, nil)
 		if err != nil {
 			return err
 		}
@@ -343,7 +425,11 @@ func (b *bench) setMode(fw string, c config) error {
 	if fw != "tamanic" {
 		return nil
 	}
-	_, err := b.do(http.MethodPost, fmt.Sprintf("/mode?tx=%s&copybreak=%d", c.mode, c.cb))
+	q := fmt.Sprintf("/mode?tx=%s&copybreak=%d", c.mode, c.cb)
+	if b.nic == "e1000e" {
+		q = "/mode?tx=" + c.mode // its driver has no copybreak
+	}
+	_, err := b.do(http.MethodPost, q)
 	return err
 }
 
@@ -352,20 +438,23 @@ func (b *bench) setMode(fw string, c config) error {
 // row are spread over the boot (every row once, then again), so that a
 // spell of load on the shared host falls on one repetition of many rows,
 // not on every repetition of one.
-func runBoot(ctx context.Context, fw, elf, kind string, o options) ([]Row, error) {
-	b, err := boot(ctx, elf, kind)
+func runBoot(ctx context.Context, fw, elf, nic, kind string, o options) ([]Row, error) {
+	b, err := boot(ctx, elf, o.board, nic, kind)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", fw, kind, err)
+		return nil, fmt.Errorf("%s %s %s %s: %w", o.board, nic, fw, kind, err)
 	}
 	defer b.close()
-	fmt.Printf("# %s %s boot: %s\n# %s\n", fw, kind, b.m.Ready, b.m.CommandLine())
+	fmt.Printf("# %s %s %s %s boot: %s\n# %s\n", o.board, nic, fw, kind, b.m.Ready, b.m.CommandLine())
 	cfgs := o.configs
+	if nic == "e1000e" {
+		cfgs = o.e1000eConfigs
+	}
 	if fw != "tamanic" {
 		cfgs = []config{{"rx", "tamago", 0}, {"tx", "tamago", 0}}
 	}
 	// Warm-up: ARP both ways and the control connection.
 	if _, err := b.rxTrial(64, 100, 20, nil, nil); err != nil {
-		return nil, fmt.Errorf("%s %s warm-up: %w\n%s", fw, kind, err, b.m.Console())
+		return nil, fmt.Errorf("%s %s %s warm-up: %w\n%s", nic, fw, kind, err, b.m.Console())
 	}
 	var rows []Row
 	runs := o.runs
@@ -385,7 +474,7 @@ func runBoot(ctx context.Context, fw, elf, kind string, o options) ([]Row, error
 				return rows, err
 			}
 			for _, size := range o.sizes {
-				r := Row{Firmware: fw, Boot: kind, Dir: c.dir, Mode: c.mode, Copybreak: c.cb, Size: size, Rep: rep}
+				r := Row{Firmware: fw, Board: o.board, NIC: nic, Boot: kind, Dir: c.dir, Mode: c.mode, Copybreak: c.cb, Size: size, Rep: rep}
 				k := fmt.Sprint(c, size)
 				if kind == "plain" {
 					start := o.startRate
@@ -400,11 +489,11 @@ func runBoot(ctx context.Context, fw, elf, kind string, o options) ([]Row, error
 					r, err = b.icountRun(r, o)
 				}
 				if err != nil {
-					return rows, fmt.Errorf("%s %s %s %s %d B: %w\n%s", fw, kind, c.dir, c.mode, size, err, tail(b.m.Console(), 20))
+					return rows, fmt.Errorf("%s %s %s %s %s %d B: %w\n%s", nic, fw, kind, c.dir, c.mode, size, err, tail(b.m.Console(), 20))
 				}
 				if kind == "plain" {
-					fmt.Printf("pps %s %s %-6s cb=%-4s %4d B #%d: %.0f datagrams/s without loss (failed at %.0f, guest busy %.0f%%; %d trials)\n",
-						fw, c.dir, c.mode, cbName(c.cb), size, rep, r.PPS, r.FailPPS, 100*r.BusyAtFail, r.Trials)
+					fmt.Printf("pps %s %s %s %-6s cb=%-4s %4d B #%d: %.0f datagrams/s without loss (failed at %.0f, guest busy %.0f%%; %d trials)\n",
+						nic, fw, c.dir, c.mode, cbName(c.cb), size, rep, r.PPS, r.FailPPS, 100*r.BusyAtFail, r.Trials)
 				}
 				rows = append(rows, r)
 			}
@@ -434,6 +523,24 @@ func parseSizes(s string) ([]int, error) {
 			return nil, fmt.Errorf("-sizes: %q: want %d to %d", f, app.PPSHeader, app.PPSMaxSize)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseE1000EConfigs parses -e1000e-cfg (empty: defaultE1000EConfigs):
+// dir:mode, mode sg or tso (the 82574L's driver has no bounce placement
+// and no copybreak).
+func parseE1000EConfigs(s string) ([]config, error) {
+	if s == "" {
+		return defaultE1000EConfigs, nil
+	}
+	var out []config
+	for _, f := range strings.Split(s, ",") {
+		p := strings.Split(f, ":")
+		if len(p) != 2 || (p[0] != "rx" && p[0] != "tx") || (p[1] != "sg" && p[1] != "tso") {
+			return nil, fmt.Errorf("-e1000e-cfg: %q: want rx|tx:sg|tso", f)
+		}
+		out = append(out, config{dir: p[0], mode: p[1], cb: -1})
 	}
 	return out, nil
 }

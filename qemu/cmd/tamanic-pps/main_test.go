@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +20,7 @@ import (
 
 // testWire is a Wire with no socket or stack: enough for craft.
 func testWire() *Wire {
-	return &Wire{guestMAC: tcpip.LinkAddress([]byte{0xe, 0x32, 0xd6, 0x88, 0xdd, 0xb9})}
+	return &Wire{link: e1000eLink, guestMAC: tcpip.LinkAddress([]byte{0xe, 0x32, 0xd6, 0x88, 0xdd, 0xb9})}
 }
 
 // TestCraftChecksums: a crafted frame carries valid IPv4 and UDP
@@ -33,6 +36,9 @@ func TestCraftChecksums(t *testing.T) {
 		ip := header.IPv4(f[header.EthernetMinimumSize:])
 		if !ip.IsValid(len(ip)) || !ip.IsChecksumValid() {
 			t.Fatalf("%d B: IPv4 header invalid", size)
+		}
+		if ip.SourceAddress() != tcpip.AddrFrom4(e1000eLink.peer.As4()) || ip.DestinationAddress() != tcpip.AddrFrom4(e1000eLink.guest.As4()) {
+			t.Fatalf("%d B: %v -> %v, want the wire's peer -> guest", size, ip.SourceAddress(), ip.DestinationAddress())
 		}
 		u := header.UDP(ip.Payload())
 		if int(u.Length()) != header.UDPMinimumSize+size || u.DestinationPort() != app.PPSPort || u.SourcePort() != benchPort {
@@ -54,7 +60,7 @@ func fromGuest(p []byte, sport, dport uint16) []byte {
 	header.Ethernet(f).Encode(&header.EthernetFields{SrcAddr: tcpip.LinkAddress([]byte{0xe, 0, 0, 0, 0, 1}), DstAddr: peerMAC, Type: header.IPv4ProtocolNumber})
 	ip := header.IPv4(f[header.EthernetMinimumSize:])
 	ip.Encode(&header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + header.UDPMinimumSize + len(p)), TTL: 64,
-		Protocol: uint8(header.UDPProtocolNumber), SrcAddr: tcpip.AddrFrom4(guestIP.As4()), DstAddr: tcpip.AddrFrom4(peerIP.As4())})
+		Protocol: uint8(header.UDPProtocolNumber), SrcAddr: tcpip.AddrFrom4(enetLink.guest.As4()), DstAddr: tcpip.AddrFrom4(enetLink.peer.As4())})
 	ip.SetChecksum(^ip.CalculateChecksum())
 	u := header.UDP(ip[header.IPv4MinimumSize:])
 	u.Encode(&header.UDPFields{SrcPort: sport, DstPort: dport, Length: uint16(header.UDPMinimumSize + len(p))})
@@ -174,8 +180,9 @@ func TestTrialVerdict(t *testing.T) {
 // sinkCounts; received+lost adds up by construction in both directions,
 // lost being count less received), and one of three tries of each
 // loses nothing (the shared host can drop a burst
-// at QEMU's socket). Skipped in one line without QEMU and the TamaGo
-// toolchain.
+// at QEMU's socket). The mx6ullevk's ENET1 and the i.MX7D's 82574L (its
+// wire on its own subnet, its own control server), in parallel. Skipped
+// in one line without QEMU and the TamaGo toolchain.
 func TestSmokeQEMU(t *testing.T) {
 	if why := qemu.Missing(); why != "" {
 		t.Skipf("skipping the QEMU smoke test: %s", why)
@@ -183,15 +190,24 @@ func TestSmokeQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the QEMU smoke test in -short mode")
 	}
+	for _, c := range []struct{ board, nic string }{{"mx6ullevk", "enet"}, {"mcimx7d", "e1000e"}} {
+		t.Run(c.board+"-"+c.nic, func(t *testing.T) {
+			t.Parallel()
+			smoke(t, c.board, c.nic)
+		})
+	}
+}
+
+func smoke(t *testing.T, board, nic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	root, _ := filepath.Abs("../../..")
 	dir := t.TempDir()
-	elf, err := qemu.BuildWith(ctx, root, dir, "mx6ullevk", qemu.BuildOptions{IP: guestIP.String() + "/24", Gateway: peerIP.String()})
+	elf, err := qemu.BuildWith(ctx, root, dir, board, firmwareOptions(board))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := boot(ctx, elf, "plain")
+	b, err := boot(ctx, elf, board, nic, "plain")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +237,27 @@ func TestSmokeQEMU(t *testing.T) {
 	if n := b.w.stray.Load(); n != 0 {
 		t.Fatalf("%d benchmark datagrams arrived outside a session", n)
 	}
+	if nic == "e1000e" {
+		// The trials went through the 82574L: its driver counted them
+		// (the ENET's endpoint is on another subnet and wire).
+		body, err := b.do(http.MethodGet, "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			NIC struct {
+				Driver struct {
+					Tx, Rx struct{ Frames uint64 }
+				} `json:"driver"`
+			} `json:"nic"`
+		}
+		if err := json.Unmarshal(body, &st); err != nil {
+			t.Fatal(err)
+		}
+		if d := st.NIC.Driver; d.Rx.Frames < 200 || d.Tx.Frames < 200 {
+			t.Fatalf("the 82574L's driver counted %d frames in and %d out, want at least 200 each (the trials' datagrams)", d.Rx.Frames, d.Tx.Frames)
+		}
+	}
 }
 
 // TestSinkCounts (review, class 5): a receive trial's counts are taken
@@ -241,6 +278,61 @@ func TestSinkCounts(t *testing.T) {
 	} {
 		if err := sinkCounts(c.st, 1, 10); (err == nil) != c.want {
 			t.Errorf("%+v: %v", c.st, err)
+		}
+	}
+}
+
+// TestParseBoard: the mcimx7d measures the NICs asked for, each once,
+// and has no baseline; the mx6ullevk measures its ENET1; other boards
+// are refused.
+func TestParseBoard(t *testing.T) {
+	for _, c := range []struct {
+		board, nics string
+		want        string // the NICs, or "error"
+		baseline    bool
+	}{
+		{"mx6ullevk", "enet,e1000e", "enet", true},
+		{"mcimx7d", "enet,e1000e", "enet,e1000e", false},
+		{"mcimx7d", "e1000e", "e1000e", false},
+		{"mcimx7d", "e1000e,e1000e", "error", false},
+		{"mcimx7d", "cx", "error", false},
+		{"sabrelite", "enet", "error", true},
+	} {
+		o := options{board: c.board, baseline: true}
+		got, err := parseBoard(&o, c.nics)
+		s := strings.Join(got, ",")
+		if err != nil {
+			s = "error"
+		}
+		if s != c.want || (err == nil && o.baseline != c.baseline) {
+			t.Errorf("%s %q: %q baseline %v (%v), want %q baseline %v", c.board, c.nics, s, o.baseline, err, c.want, c.baseline)
+		}
+	}
+	if _, err := parseE1000EConfigs("rx:tso,tx:sg"); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"rx:bounce", "rx:tso:512", "up:tso"} {
+		if _, err := parseE1000EConfigs(bad); err == nil {
+			t.Errorf("-e1000e-cfg %q accepted", bad)
+		}
+	}
+}
+
+// TestReportNICs: the i.MX7D's table gives each NIC its own line,
+// labelled, and no copybreak for the 82574L (its driver has none).
+func TestReportNICs(t *testing.T) {
+	var rows []Row
+	for _, nic := range []string{"enet", "e1000e"} {
+		for _, boot := range []string{"plain", "icount"} {
+			rows = append(rows, Row{Firmware: "tamanic", Board: "mcimx7d", NIC: nic, Boot: boot, Dir: "rx", Mode: "tso", Copybreak: -1, Size: 64, PPS: 1000, InstrPerPkt: 50000})
+		}
+	}
+	var b strings.Builder
+	report(&b, rows, "cmd", options{board: "mcimx7d", runs: 1}, time.Second)
+	out := b.String()
+	for _, want := range []string{"| tamanic | i.MX7D ENET1 | rx | tso | off |", "| tamanic | i.MX7D 82574L (e1000e, PCIe) | rx | tso | n/a |", "Small datagrams on the mcimx7d"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -10,12 +10,40 @@ import (
 	"github.com/tamanic/tamanic/qemu"
 )
 
-// write writes pps.json and pps.md in out, and appends the table to the
-// report.md beside them if there is one.
+// write writes pps.json and pps.md in out (pps-BOARD.* for a board other
+// than the mx6ullevk), and appends the table to the report.md beside
+// them if there is one.
 func write(out string, rows []Row, command string, o options, took time.Duration) error {
 	var b strings.Builder
 	report(&b, rows, command, o, took)
-	return qemu.WriteTables(out, "pps", rows, b.String())
+	return qemu.WriteTables(out, outName(o.board), rows, b.String())
+}
+
+// outName is the base name of the board's files.
+func outName(board string) string {
+	if board == "mx6ullevk" {
+		return "pps"
+	}
+	return "pps-" + board
+}
+
+// nicName labels a row's board and NIC.
+func nicName(board, nic string) string {
+	switch {
+	case board == "mcimx7d" && nic == "e1000e":
+		return "i.MX7D 82574L (e1000e, PCIe)"
+	case board == "mcimx7d":
+		return "i.MX7D ENET1"
+	}
+	return board + " ENET1"
+}
+
+// boardWire says how the board's NICs were wired.
+func boardWire(board string) string {
+	if board == "mcimx7d" {
+		return "i.MX7D (mcimx7d) under QEMU: the ENET1 rows with ENET1 on a `-netdev socket,udp=` wire to a host-side peer that crafts and counts raw frames (control over a gVisor stack on the same wire, 10.0.0.0/24); the 82574L rows on a boot of their own with QEMU's e1000e behind the DesignWare PCIe root port on such a wire (10.0.2.0/24, the firmware's own control server on that address) and ENET1 on QEMU's user network, unused. No baseline: TamaGo's own driver is the ENET's, measured on the mx6ullevk."
+	}
+	return "mx6ullevk under QEMU, ENET1 on a `-netdev socket,udp=` wire to a host-side peer that crafts and counts raw frames (control over a gVisor stack on the same wire)."
 }
 
 // stat is a median and the spread (least, most) of some figures.
@@ -42,19 +70,19 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n### Small datagrams: packets per second and instructions per packet (UDP, socket netdev)\n\n`%s` (%s)\n\n", command, took.Round(time.Second))
-	fmt.Fprintf(w, "mx6ullevk under QEMU, ENET1 on a `-netdev socket,udp=` wire to a host-side peer that crafts and counts raw frames (control over a gVisor stack on the same wire). Each cell: packets/s, the highest rate a %v trial passed at without loss (plain boot, wall time; loss from sequence numbers; median of %d searches [least–most]), then guest instructions per packet (icount boot, %d datagrams at %d/s, busy time less the /stats readings; median [least–most]). rx: host→firmware (the sink), tx: firmware→host (the source). Loss in the icount runs: sum in the last column.\n\n",
-		o.trial, o.runs, o.icountN, o.icountRate)
+	fmt.Fprintf(w, "\n### Small datagrams on the %s: packets per second and instructions per packet (UDP, socket netdev)\n\n`%s` (%s)\n\n", o.board, command, took.Round(time.Second))
+	fmt.Fprintf(w, "%s Each cell: packets/s, the highest rate a %v trial passed at without loss (plain boot, wall time; loss from sequence numbers; median of %d searches [least–most]), then guest instructions per packet (icount boot, %d datagrams at %d/s, busy time less the /stats readings; median [least–most]). rx: host→firmware (the sink), tx: firmware→host (the source). Loss in the icount runs: sum in the last column.\n\n",
+		boardWire(o.board), o.trial, o.runs, o.icountN, o.icountRate)
 	type key struct {
-		fw, dir, mode string
-		cb            int
+		fw, board, nic, dir, mode string
+		cb                        int
 	}
 	var keys []key
 	seen := map[key]bool{}
 	sizesSeen := map[int]bool{}
 	var szs []int
 	for _, r := range rows {
-		k := key{r.Firmware, r.Dir, r.Mode, r.Copybreak}
+		k := key{r.Firmware, r.Board, r.NIC, r.Dir, r.Mode, r.Copybreak}
 		if !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)
@@ -71,11 +99,11 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 		}
 		return keys[i].fw > keys[j].fw
 	})
-	fmt.Fprint(w, "| firmware | direction | TX mode | copybreak |")
+	fmt.Fprint(w, "| firmware | NIC | direction | TX mode | copybreak |")
 	for _, s := range szs {
 		fmt.Fprintf(w, " %d B |", s)
 	}
-	fmt.Fprint(w, " icount lost |\n|---|---|---|---|")
+	fmt.Fprint(w, " icount lost |\n|---|---|---|---|---|")
 	for range szs {
 		fmt.Fprint(w, "---|")
 	}
@@ -86,15 +114,15 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 			fw = "baseline (TamaGo's ENET driver)"
 		}
 		cb := cbName(k.cb)
-		if k.fw != "tamanic" {
-			cb = "n/a"
+		if k.fw != "tamanic" || k.nic == "e1000e" {
+			cb = "n/a" // TamaGo's driver and the 82574L's have none
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |", fw, k.dir, k.mode, cb)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |", fw, nicName(k.board, k.nic), k.dir, k.mode, cb)
 		var lost int64
 		for _, s := range szs {
 			var pps, ins []float64
 			for _, r := range rows {
-				if (key{r.Firmware, r.Dir, r.Mode, r.Copybreak}) != k || r.Size != s {
+				if (key{r.Firmware, r.Board, r.NIC, r.Dir, r.Mode, r.Copybreak}) != k || r.Size != s {
 					continue
 				}
 				if r.Boot == "plain" {

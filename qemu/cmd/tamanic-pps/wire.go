@@ -24,6 +24,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/tamanic/tamanic/firmware/app"
+	"github.com/tamanic/tamanic/qemu"
 )
 
 // The wire: QEMU's ENET on a socket netdev in datagram mode
@@ -45,16 +46,23 @@ import (
 // never reach the stack: it would answer each with an ICMP port
 // unreachable, a reaction per datagram back into the guest.
 
-// Addresses on the wire: the firmware is built static at guestIP (no
-// DHCP server on this wire), the peer stack and the crafted frames use
-// peerIP and peerMAC, and the benchmark's datagrams come from and go to
-// benchPort (not bound in the stack).
+// A link is a wire's addresses, on a /24: the firmware's interface is
+// built static at guest (no DHCP server on this wire), the peer stack and
+// the crafted frames use peer (and peerMAC). The benchmark's datagrams
+// come from and go to benchPort (not bound in the stack).
+type link struct{ guest, peer netip.Addr }
+
+// enetLink is the ENET's wire (the firmware's ENET1 address, on every
+// board), e1000eLink the i.MX7D's 82574L's (its own subnet, as QEMU's
+// E1000ENet: the firmware routes each subnet out of its own NIC).
 var (
-	guestIP  = netip.MustParseAddr("10.0.0.1")
-	peerIP   = netip.MustParseAddr("10.0.0.2")
-	peerMAC  = tcpip.LinkAddress([]byte{2, 0x70, 0x70, 0x73, 0, 2})
-	guestNet = netip.MustParsePrefix("10.0.0.0/24")
+	enetLink   = link{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")}
+	e1000eLink = link{netip.MustParseAddr(qemu.E1000EGuest), netip.MustParseAddr(qemu.E1000EHost)}
+	peerMAC    = tcpip.LinkAddress([]byte{2, 0x70, 0x70, 0x73, 0, 2})
 )
+
+// linkBits is every link's prefix length.
+const linkBits = 24
 
 const benchPort = 9000
 
@@ -63,6 +71,7 @@ const frameHeader = header.EthernetMinimumSize + header.IPv4MinimumSize + header
 
 // Wire is the host's end of the socket netdev.
 type Wire struct {
+	link  link
 	conn  *net.UDPConn
 	qemu  *net.UDPAddr // QEMU's localaddr
 	Stack *stack.Stack
@@ -80,9 +89,10 @@ type Wire struct {
 	stray atomic.Int64
 }
 
-// newWire opens our end on a free loopback port and returns it with the
-// port QEMU is to bind; NetdevArg gives QEMU's -netdev argument.
-func newWire() (*Wire, error) {
+// newWire opens our end of a wire with addresses l on a free loopback
+// port and returns it with the port QEMU is to bind; NetdevArg gives
+// QEMU's -netdev argument.
+func newWire(l link) (*Wire, error) {
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("wire: %w", err)
@@ -98,7 +108,7 @@ func newWire() (*Wire, error) {
 	}
 	qa := q.LocalAddr().(*net.UDPAddr)
 	q.Close() // QEMU binds it (a race with another process is reported by QEMU)
-	w := &Wire{conn: c, qemu: qa, ch: channel.New(1024, 1500, peerMAC)}
+	w := &Wire{link: l, conn: c, qemu: qa, ch: channel.New(1024, 1500, peerMAC)}
 	w.Stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
@@ -107,11 +117,12 @@ func newWire() (*Wire, error) {
 		return nil, fmt.Errorf("wire: peer NIC: %v", err)
 	}
 	if err := w.Stack.AddProtocolAddress(1, tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(peerIP.As4()), PrefixLen: guestNet.Bits()}},
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(l.peer.As4()), PrefixLen: linkBits}},
 		stack.AddressProperties{}); err != nil {
 		return nil, fmt.Errorf("wire: peer address: %v", err)
 	}
-	sub, _ := tcpip.NewSubnet(tcpip.AddrFrom4(guestNet.Addr().As4()), tcpip.MaskFromBytes(net.CIDRMask(guestNet.Bits(), 32)))
+	pfx := netip.PrefixFrom(l.guest, linkBits).Masked()
+	sub, _ := tcpip.NewSubnet(tcpip.AddrFrom4(pfx.Addr().As4()), tcpip.MaskFromBytes(net.CIDRMask(linkBits, 32)))
 	w.Stack.SetRouteTable([]tcpip.Route{{Destination: sub, NIC: 1}})
 	w.ctx, w.stop = context.WithCancel(context.Background())
 	w.wg.Add(2)
@@ -131,7 +142,7 @@ func (w *Wire) SetGuestMAC(mac net.HardwareAddr) { w.guestMAC = tcpip.LinkAddres
 
 // Dial opens a TCP connection to the guest's port through the stack.
 func (w *Wire) Dial(ctx context.Context, port uint16) (net.Conn, error) {
-	return gonet.DialContextTCP(ctx, w.Stack, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(guestIP.As4()), Port: port}, ipv4.ProtocolNumber)
+	return gonet.DialContextTCP(ctx, w.Stack, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(w.link.guest.As4()), Port: port}, ipv4.ProtocolNumber)
 }
 
 // Close stops the wire.
@@ -213,7 +224,7 @@ func (w *Wire) craft(f []byte, size int, id, seq uint64) []byte {
 	header.Ethernet(f).Encode(&header.EthernetFields{SrcAddr: peerMAC, DstAddr: w.guestMAC, Type: header.IPv4ProtocolNumber})
 	ip := header.IPv4(f[header.EthernetMinimumSize:])
 	w.ipID++
-	src, dst := tcpip.AddrFrom4(peerIP.As4()), tcpip.AddrFrom4(guestIP.As4())
+	src, dst := tcpip.AddrFrom4(w.link.peer.As4()), tcpip.AddrFrom4(w.link.guest.As4())
 	ip.Encode(&header.IPv4Fields{TotalLength: uint16(header.IPv4MinimumSize + header.UDPMinimumSize + size), ID: w.ipID, TTL: 64,
 		Protocol: uint8(header.UDPProtocolNumber), SrcAddr: src, DstAddr: dst})
 	ip.SetChecksum(^ip.CalculateChecksum())
