@@ -9,7 +9,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/tamanic/tamanic/internal/plotgrid"
 )
 
 // stat is a figure over a configuration's runs: the median and the range
@@ -221,29 +222,11 @@ func drawPlot(all []Run, path string) error {
 	return writeGrid(path, "plot", 1200, rows[:])
 }
 
-// writeGrid draws rows of panels, each row one tile row, onto a PNG
-// 1100 points wide and height points high, and writes it to path; what
-// names the plot in an error.
+// writeGrid draws rows of panels (two a row) onto a PNG
+// plotgrid.Width points wide and height points high at path; what names
+// the plot in an error.
 func writeGrid(path, what string, height float64, rows [][]*plot.Plot) error {
-	img := vgimg.New(vg.Points(1100), vg.Points(height))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 2, PadX: vg.Points(30), PadY: vg.Points(25), PadTop: vg.Points(10),
-		PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		for j, p := range rows[i] {
-			p.Draw(canvases[i][j])
-		}
-	}
-	w, err := newFile(path)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if _, err = (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
-		return fmt.Errorf("%s %s: %w", what, path, err)
-	}
-	return w.Close()
+	return plotgrid.Write(path, what, height, rows)
 }
 
 // headroom puts p's legend (of lines entries) top left and raises the Y
