@@ -137,7 +137,15 @@ func main() {
 	flag.StringVar(&o.board, "board", "mx6ullevk", "mx6ullevk or mcimx7d (its ENET1 and its 82574L, -nics; no baseline)")
 	nics := flag.String("nics", "enet,e1000e", "the mcimx7d's NICs to measure: enet, e1000e")
 	out := flag.String("o", "build/bench", "directory for pps.md and pps.json (pps-BOARD.* for a board other than mx6ullevk)")
+	plotOut := flag.String("plot", "", "draw the rows of the pps JSON files named as arguments into this PNG (and note it in the report.md beside it); measure nothing")
 	flag.Parse()
+	if *plotOut != "" {
+		if err := plotFiles(*plotOut, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "tamanic-pps:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if o.sizes, err = parseSizes(*sz); err == nil {
 		o.configs, err = parseConfigs(*cfg)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -334,5 +335,38 @@ func TestReportNICs(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPlotFiles: the plot draws the rows of the JSON files given, one
+// line per setting, notes itself in the report beside it, and refuses
+// files with nothing to draw.
+func TestPlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	var rows []Row
+	for _, boot := range []string{"plain", "icount"} {
+		for _, dir := range []string{"rx", "tx"} {
+			for _, size := range []int{18, 1472} {
+				rows = append(rows, Row{Firmware: "tamanic", Board: "mcimx7d", NIC: "e1000e", Boot: boot, Dir: dir, Mode: "tso", Copybreak: -1, Size: size, PPS: 4000, InstrPerPkt: 60000})
+			}
+		}
+	}
+	js, _ := json.Marshal(rows)
+	in := filepath.Join(dir, "pps-mcimx7d.json")
+	os.WriteFile(in, js, 0o644)
+	os.WriteFile(filepath.Join(dir, "report.md"), []byte("# report\n"), 0o644)
+	png := filepath.Join(dir, "pps.png")
+	if err := plotFiles(png, []string{in}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(png); err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
+		t.Fatalf("pps.png: %d bytes, %v", len(b), err)
+	}
+	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "Plot: pps.png") || !strings.Contains(string(rep), "from 8 rows") {
+		t.Fatalf("report: %s", rep)
+	}
+	os.WriteFile(in, []byte("[]"), 0o644)
+	if err := plotFiles(png, []string{in}); err == nil {
+		t.Fatal("an empty file plotted")
 	}
 }
