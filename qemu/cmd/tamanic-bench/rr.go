@@ -41,10 +41,21 @@ import (
 // host connection arrives from QEMU's 10.0.0.2, whatever its port), so a
 // UDP run is paced to rrUDPShare of the limit the firmware reports; the
 // TCP echo has no rate limit.
+//
+// On the i.MX7D one boot carries two interfaces, each with its own
+// address and its own instance of the services (firmware/mcimx7d): ENET1
+// on QEMU's user network 10.0.0.0/24 and the 82574L (QEMU's e1000e,
+// qemu.Options.E1000E) on its own, 10.0.2.0/24. Each interface's rows talk
+// to its own echo and read its own /stats, whose "nic" member is that
+// interface's: its interrupts, interrupt handler time and endpoint stages
+// (the 82574L's server reports the e1000e driver's, firmware/mcimx7d's
+// e1000eStats). The guest's busy time is the whole guest's.
 
 // RRRun is one request/response run.
 type RRRun struct {
 	Firmware  string `json:"firmware"` // tamanic or baseline
+	Board     string `json:"board"`    // mx6ullevk or mcimx7d
+	NIC       string `json:"nic"`      // enet or e1000e (the i.MX7D's 82574L)
 	Boot      string `json:"boot"`     // plain or icount
 	Proto     string `json:"proto"`    // tcp or udp
 	Size      int    `json:"size"`     // request and response bytes
@@ -70,8 +81,9 @@ type RRRun struct {
 	StatsBusyNs int64 `json:"stats_busy_ns"`
 	BusyP50Ns   int64 `json:"guest_busy_p50_ns"`
 	BusyP99Ns   int64 `json:"guest_busy_p99_ns"`
-	// Per transaction: ENET interrupts, endpoint receive passes, time in
-	// the interrupt handler, the endpoint's receive and send stages.
+	// Per transaction: the NIC's interrupts, endpoint receive passes,
+	// time in the interrupt handler, the endpoint's receive and send
+	// stages (each from the NIC's own /stats "nic" member).
 	IRQs     float64 `json:"irqs_per_txn"`
 	RxPasses float64 `json:"rx_passes_per_txn"`
 	IRQNs    float64 `json:"irq_ns_per_txn"`
@@ -136,17 +148,23 @@ func rrPlan(sweep bool) int {
 	return n
 }
 
-// rrBoot runs the request/response rows on one boot: TCP and UDP at each
-// of rrSizes in mode (copybreak cb), then, if sweep, UDP_RR over
-// rrCopybreaks and rrCopybreakSizes. setMode is nil for a firmware that
-// has one mode (the baseline). The mode is left at (mode, cb).
-func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duration, sweep bool) ([]RRRun, error) {
+// rrBoot runs the request/response rows on one boot's interface m: TCP
+// and UDP at each of rrSizes in mode (copybreak cb), then, if sweep,
+// UDP_RR over rrCopybreaks and rrCopybreakSizes. Each row is row (its
+// firmware, boot, board and NIC) with the run's settings and figures.
+// The mode is set on the tamanic firmware only (the others have one) and
+// left at (mode, cb).
+func rrBoot(m *qemu.Ports, row RRRun, mode string, cb int, dur time.Duration, sweep bool) ([]RRRun, error) {
 	var out []RRRun
+	firmware := row.Firmware
 	set := func(c int) error {
 		if firmware != "tamanic" {
 			return nil
 		}
-		return m.SetMode(mode, c)
+		if err := m.SetMode(mode, c); err != nil {
+			return fmt.Errorf("%s: POST /mode tx=%s copybreak=%d: %w", nicLabel(row.Board, row.NIC), mode, c, err)
+		}
+		return nil
 	}
 	if err := set(cb); err != nil {
 		return nil, err
@@ -154,7 +172,9 @@ func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duratio
 	for i := 0; i < rrReps; i++ {
 		for _, proto := range []string{"tcp", "udp"} {
 			for _, size := range rrSizes {
-				r, err := rrRun(m, RRRun{Firmware: firmware, Boot: boot, Proto: proto, Size: size, Mode: mode, Copybreak: cb, Rep: i}, dur)
+				r := row
+				r.Proto, r.Size, r.Mode, r.Copybreak, r.Rep = proto, size, mode, cb, i
+				r, err := rrRun(m, r, dur)
 				if err != nil {
 					return out, err
 				}
@@ -178,7 +198,9 @@ func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duratio
 				return out, err
 			}
 			for _, size := range rrCopybreakSizes {
-				r, err := rrRun(m, RRRun{Firmware: firmware, Boot: boot, Proto: "udp", Size: size, Mode: mode, Copybreak: c, Sweep: true, Rep: pass / len(rrCopybreaks)}, dur)
+				r := row
+				r.Proto, r.Size, r.Mode, r.Copybreak, r.Sweep, r.Rep = "udp", size, mode, c, true, pass/len(rrCopybreaks)
+				r, err := rrRun(m, r, dur)
 				if err != nil {
 					return out, err
 				}
@@ -195,7 +217,7 @@ func rrBoot(m *qemu.Ports, firmware, boot, mode string, cb int, dur time.Duratio
 // rrRun runs transactions of r.Size bytes over r.Proto for dur and fills
 // r's figures.
 func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
-	prog.note(fmt.Sprintf("%s %s %s_RR %d bytes, copybreak %s", r.Firmware, r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak)))
+	prog.note(fmt.Sprintf("%s %s %s %s_RR %d bytes, copybreak %s", r.Firmware, nicLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak)))
 	// /stats is tried again on a failure: a request right after READY,
 	// or after a burst, has once been answered with a closed connection
 	// (retry in baseline.go).
@@ -211,6 +233,9 @@ func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
 	s0, err := stats()
 	if err != nil {
 		return r, err
+	}
+	if err := rrCheckStats(s0, r); err != nil {
+		return r, fmt.Errorf("/stats at 127.0.0.1:%d: %w", m.HTTPPort, err)
 	}
 	var txn func(seq int) (time.Duration, error)
 	var lost *int
@@ -283,10 +308,51 @@ func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
 	r.RxPasses = d("nic", "endpoint", "RxBatches") / n
 	r.RxNs, r.TxNs = d("nic", "endpoint", "RxNs")/n, d("nic", "endpoint", "TxNs")/n
 	r.RateLimited = int64(d("limits", "echo", "rate_limited"))
-	fmt.Printf("rr %-8s %-6s %s_RR %4d B copybreak=%-4s: %7.0f trans/s, wall p50 %s p99 %s, guest busy %.0f ns/trans (p50 %d p99 %d; irq %.0f, rx %.0f, tx %.0f), %.2f irqs/trans, %.2f rx passes/trans, lost %d, rate-limited %d\n",
-		r.Firmware, r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
+	fmt.Printf("rr %-8s %-14s %-6s %s_RR %4d B copybreak=%-4s: %7.0f trans/s, wall p50 %s p99 %s, guest busy %.0f ns/trans (p50 %d p99 %d; irq %.0f, rx %.0f, tx %.0f), %.2f irqs/trans, %.2f rx passes/trans, lost %d, rate-limited %d\n",
+		r.Firmware, nicLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
 		r.BusyPerTxn, r.BusyP50Ns, r.BusyP99Ns, r.IRQNs, r.RxNs, r.TxNs, r.IRQs, r.RxPasses, r.Lost, r.RateLimited)
 	return r, nil
+}
+
+// rrCheckStats checks that s, a /stats document read before run r, is
+// the interface r names (r.NIC) in the mode r says, so that no row
+// carries another interface's counters or mode. The baseline's /stats
+// has neither (its "nic" member is its own), so its rows go unchecked.
+func rrCheckStats(s map[string]any, r RRRun) error {
+	if r.Firmware == "baseline" {
+		return nil
+	}
+	if got := statsNIC(s); got != r.NIC {
+		return fmt.Errorf("the document is NIC %q's, the row %q's", got, r.NIC)
+	}
+	if r.Firmware != "tamanic" {
+		// Not set by rrBoot: the build's own mode.
+		return nil
+	}
+	tx, _ := s["tx_mode"].(string)
+	cb, ok := s["copybreak"].(float64)
+	if tx != r.Mode || !ok || int(cb) != r.Copybreak {
+		return fmt.Errorf("the interface is in tx_mode %q copybreak %v, the row in %q %d", tx, s["copybreak"], r.Mode, r.Copybreak)
+	}
+	return nil
+}
+
+// statsNIC names the interface a tamanic /stats document describes by
+// the members of its "nic" member that only that interface's driver
+// reports: "enet" for the ENET's (its MIB counters, app.NICStats),
+// "e1000e" for the 82574L's (its statistics registers, firmware/mcimx7d's
+// e1000eStats), "" for neither or both.
+func statsNIC(s map[string]any) string {
+	n, _ := s["nic"].(map[string]any)
+	_, mib := n["mib"].(map[string]any)
+	_, hw := n["hw"].(map[string]any)
+	switch {
+	case mib && !hw:
+		return "enet"
+	case hw && !mib:
+		return "e1000e"
+	}
+	return ""
 }
 
 // rrHTTP reads /stats for the request/response runs over one kept-alive
@@ -414,8 +480,11 @@ func runRROnly(ctx context.Context, root, out string, dur time.Duration, baselin
 }
 
 // rrAll boots elf plain and under icount (sleep=on) and runs the
-// request/response rows on each, the copybreak sweep on the icount boot;
-// with baseline (mx6ullevk only), the baseline firmware's rows too.
+// request/response rows on each, the copybreak sweep on the mx6ullevk's
+// icount boot; on the mx6ullevk, the rows of the firmware without GRO and
+// the ACK filter (rrNoMerge) and with baseline the baseline firmware's
+// too. On the i.MX7D each boot runs the rows on ENET1 and on the 82574L
+// (rrMachine).
 func rrAll(ctx context.Context, root, out, elf string, baseline bool) ([]RRRun, error) {
 	var all []RRRun
 	for _, boot := range []string{"plain", "icount"} {
@@ -425,7 +494,7 @@ func rrAll(ctx context.Context, root, out, elf string, baseline bool) ([]RRRun, 
 			return all, err
 		}
 	}
-	if rrNoMerge {
+	if rrNoMerge && board == "mx6ullevk" {
 		// The same firmware built without GRO and the ACK filter
 		// (make firmware GRO=off ACKFILTER=off): what each costs or saves
 		// a small message, in the same run.
@@ -477,14 +546,68 @@ var noMergeFlags = []string{
 }
 
 // rrNoMerge adds the rows of the firmware without GRO and the ACK filter
-// (-rr-nomerge).
+// (-rr-nomerge; mx6ullevk only).
 var rrNoMerge = true
 
-// rrMachine boots elf and runs rrBoot on it (the sweep on tamanic's
-// icount boot).
+// rrMachine boots elf and runs rrBoot on each of its interfaces that
+// rrInterfaces lists (the sweep on tamanic's icount boot of the
+// mx6ullevk).
 func rrMachine(ctx context.Context, elf, firmware, boot string) ([]RRRun, error) {
 	prog.note(fmt.Sprintf("booting %s %s", firmware, boot))
+	ifs := rrInterfaces(board)
+	m, err := qemu.Boot(ctx, rrOptions(elf, board, boot, ifs))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s boot: %w", firmware, boot, err)
+	}
+	defer m.Stop()
+	fmt.Printf("# %s %s boot: %s\n# %s\n", firmware, boot, m.Ready, m.CommandLine())
+	mode := "tso"
+	if firmware == "baseline" {
+		mode = BaselineMode
+	}
+	if firmware == rrFirmwareNoMerge && !strings.Contains(m.Console(), noMergeLine) {
+		return nil, fmt.Errorf("%s %s: no %q on the console: the build did not take the switches\n%s", firmware, boot, noMergeLine, m.Console())
+	}
+	var all []RRRun
+	for _, nic := range ifs {
+		ports, cb := &m.Ports, 512
+		if nic == "e1000e" {
+			// The 82574L's /mode ignores the copybreak and its /stats
+			// reports 0 (cxnic.HWTSOMode); its address must have come
+			// (by DHCP, from its user network's server) before READY.
+			if m.E1000E == nil || !strings.Contains(m.Console(), "E1000E ip="+qemu.E1000EGuest+"/") {
+				return all, fmt.Errorf("%s %s: the 82574L has no address %s (no \"E1000E ip=%s/\" on the console)\n%s", firmware, boot, qemu.E1000EGuest, qemu.E1000EGuest, m.Console())
+			}
+			ports, cb = m.E1000E, 0
+		}
+		sweep := firmware == "tamanic" && boot == "icount" && board == "mx6ullevk"
+		rs, err := rrBoot(ports, RRRun{Firmware: firmware, Boot: boot, Board: board, NIC: nic}, mode, cb, rrTime, sweep)
+		all = append(all, rs...)
+		if err != nil {
+			return all, fmt.Errorf("%s %s %s: %w\n%s", firmware, nicLabel(board, nic), boot, err, m.Console())
+		}
+	}
+	return all, nil
+}
+
+// rrInterfaces lists the interfaces of board that the request/response
+// rows run on, as RRRun.NIC names them: the ENET the firmware serves on,
+// and on the i.MX7D the 82574L too.
+func rrInterfaces(board string) []string {
+	if board == "mcimx7d" {
+		return []string{"enet", "e1000e"}
+	}
+	return []string{"enet"}
+}
+
+// rrOptions are the boot options of a request/response boot of elf on
+// board: the 82574L on its own user network when ifs has it, and under
+// icount, sleep=on.
+func rrOptions(elf, board, boot string, ifs []string) qemu.Options {
 	o := qemu.Options{ELF: elf, Board: board}
+	for _, nic := range ifs {
+		o.E1000E = o.E1000E || nic == "e1000e"
+	}
 	if boot == "icount" {
 		// sleep=on, not the bulk boots' sleep=off: with sleep=off the
 		// guest's clock jumps to its next timer whenever it waits for
@@ -498,24 +621,25 @@ func rrMachine(ctx context.Context, elf, firmware, boot string) ([]RRRun, error)
 		// instruction.
 		o.Args = []string{"-icount", "shift=0,sleep=on"}
 	}
-	m, err := qemu.Boot(ctx, o)
-	if err != nil {
-		return nil, err
+	return o
+}
+
+// nicLabel names an interface in the report: board and NIC as the
+// hardware calls them ("i.MX7D 82574L"; ENET1 where the board's firmware
+// serves on ENET1: firmware/mx6ullevk and firmware/mcimx7d), "" for a
+// row with neither.
+func nicLabel(board, nic string) string {
+	switch board + "/" + nic {
+	case "/":
+		return ""
+	case "mx6ullevk/enet":
+		return "i.MX6ULL ENET1"
+	case "mcimx7d/enet":
+		return "i.MX7D ENET1"
+	case "mcimx7d/e1000e":
+		return "i.MX7D 82574L"
 	}
-	defer m.Stop()
-	fmt.Printf("# %s %s boot: %s\n# %s\n", firmware, boot, m.Ready, m.CommandLine())
-	mode := "tso"
-	if firmware == "baseline" {
-		mode = BaselineMode
-	}
-	if firmware == rrFirmwareNoMerge && !strings.Contains(m.Console(), noMergeLine) {
-		return nil, fmt.Errorf("%s %s: no %q on the console: the build did not take the switches\n%s", firmware, boot, noMergeLine, m.Console())
-	}
-	rs, err := rrBoot(&m.Ports, firmware, boot, mode, 512, rrTime, firmware == "tamanic" && boot == "icount")
-	if err != nil {
-		return rs, fmt.Errorf("%s %s: %w\n%s", firmware, boot, err, m.Console())
-	}
-	return rs, nil
+	return strings.TrimSpace(board + " " + nic)
 }
 
 // rrProfile boots the firmware under icount (sleep=on) with QEMU's
@@ -533,12 +657,15 @@ func rrProfile(ctx context.Context, root, out string, dur time.Duration) error {
 	}
 	defer m.Stop()
 	fmt.Printf("# profile boot: %s\n# %s\n", m.Ready, m.CommandLine())
+	if err := m.SetMode("tso", 512); err != nil {
+		return fmt.Errorf("profile boot: POST /mode: %w", err)
+	}
 	for _, proto := range []string{"tcp", "udp"} {
 		pr, err := m.StartProfile(elf, idleFunc, time.Millisecond)
 		if err != nil {
 			return err
 		}
-		r, rerr := rrRun(&m.Ports, RRRun{Firmware: "tamanic", Boot: "icount+gdb", Proto: proto, Size: 64, Mode: "tso", Copybreak: 512}, dur)
+		r, rerr := rrRun(&m.Ports, RRRun{Firmware: "tamanic", Boot: "icount+gdb", Board: board, NIC: "enet", Proto: proto, Size: 64, Mode: "tso", Copybreak: 512}, dur)
 		p, perr := pr.Stop()
 		if rerr != nil {
 			return rerr
