@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tamanic/tamanic/bounce"
+	"github.com/tamanic/tamanic/dma"
 	"github.com/tamanic/tamanic/fec"
 	"github.com/tamanic/tamanic/fec/fectest"
 	"github.com/tamanic/tamanic/tso"
@@ -81,31 +82,54 @@ func BenchmarkTx(b *testing.B) {
 	}
 }
 
-// BenchmarkRxCopybreak measures the driver's RX cost per frame (Receive and
-// Release; the model fills the ring outside the timer) for frame sizes with
-// copybreak off (every frame handed up zero-copy, ring refilled from a spare)
-// and on (every frame copied, buffer reposted). The crossover chooses
-// DefaultCopybreak.
+// rxBenchFrames are BenchmarkRxCopybreak's frame lengths (without FCS):
+// tamanic-pps's UDP payloads (18, 64, 256, 512, 1024 and 1472 bytes) plus
+// their 42 bytes of Ethernet, IPv4 and UDP headers, the length the driver
+// compares with the copybreak.
+var rxBenchFrames = []int{60, 106, 298, 554, 1066, 1514}
+
+// rxBatch is the frames of one BenchmarkRxCopybreak op: the model
+// delivers them with the timer stopped, then the driver receives and
+// releases them timed. Half the 256-descriptor ring.
+const rxBatch = 128
+
+// rxBenchCopybreaks are BenchmarkRxCopybreak's thresholds; -1 is off.
+var rxBenchCopybreaks = []int{128, 256, 512, 1024, -1}
+
+// BenchmarkRxCopybreak measures, for each copybreak threshold and frame
+// length, the driver's RX cost per frame (Receive and Release; the model
+// fills the ring outside the timer; an op is rxBatch frames, so allocs/op
+// is per rxBatch) and the memory one received frame keeps while the caller holds it
+// (held-B/pkt, of which dma-B/pkt is DMA buffer), measured over the first
+// 64 frames held at once on a new NIC (holdRx). docs/copybreak.md chooses
+// DefaultCopybreak from these and the guest's instructions per datagram.
 func BenchmarkRxCopybreak(b *testing.B) {
-	for _, mode := range []string{"zerocopy", "copy"} {
-		for _, size := range []int{64, 128, 256, 512, 1024, 1514} {
-			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
-				r := benchRig(b, bounce.SG, fec.IMX6UL)
-				cb := -1
-				if mode == "copy" {
-					cb = 2048
-				}
-				r.NIC.SetCopybreak(cb)
+	for _, cb := range rxBenchCopybreaks {
+		for _, size := range rxBenchFrames {
+			name := fmt.Sprintf("cb=%d/frame=%d", cb, size)
+			if cb < 0 {
+				name = fmt.Sprintf("cb=off/frame=%d", size)
+			}
+			b.Run(name, func(b *testing.B) {
+				var mem *allocLog
+				r := fectest.NewRig(b, fectest.RigOptions{SoC: fec.IMX6UL, NoTrace: true, NoDone: true, Config: func(c *fec.Config) {
+					c.Strategy = bounce.SG
+					c.TxRing, c.RxRing = 256, 256
+					c.Copybreak = cb
+					mem = &allocLog{Memory: c.Mem}
+					c.Mem = mem
+				}})
 				f := randomFrame(rand.New(rand.NewPCG(1, 1)), size, nicMAC)
+				h := holdRx(b, r, mem, f, 64)
 				b.ReportAllocs()
 				b.SetBytes(int64(size))
 				for b.Loop() {
 					b.StopTimer()
-					for k := 0; k < 64; k++ {
+					for k := 0; k < rxBatch; k++ {
 						r.Model.Deliver(f, fectest.RxOK)
 					}
 					b.StartTimer()
-					for k := 0; k < 64; k++ {
+					for k := 0; k < rxBatch; k++ {
 						p, err := r.NIC.Receive()
 						if err != nil || p == nil {
 							b.Fatal(err)
@@ -113,10 +137,96 @@ func BenchmarkRxCopybreak(b *testing.B) {
 						p.Release()
 					}
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/frame")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rxBatch), "ns/frame")
+				b.ReportMetric(h.heap+h.dma, "held-B/pkt")
+				b.ReportMetric(h.dma, "dma-B/pkt")
+				b.ReportMetric(h.dmaAlloc, "refill-dma-B/pkt")
 			})
 		}
 	}
+}
+
+// allocLog is a dma.Memory that records every allocation made through it.
+type allocLog struct {
+	dma.Memory
+	bufs  [][]byte // CPU views of the allocations, in order
+	bytes int      // total bytes allocated
+}
+
+// Alloc implements dma.Memory.
+func (m *allocLog) Alloc(size, align int, attr dma.Attr) (dma.Buffer, error) {
+	b, err := m.Memory.Alloc(size, align, attr)
+	if err == nil {
+		m.bufs = append(m.bufs, b.Bytes())
+		m.bytes += size
+	}
+	return b, err
+}
+
+// footprint returns the bytes of DMA memory the allocation holding p
+// takes, alignment padding included: the distance from its start to the
+// start of the next allocation above it (the driver allocates its RX
+// buffers one after another), or its length when none follows within
+// twice that. It returns 0 when p lies in no allocation (a heap copy).
+func (m *allocLog) footprint(p []byte) int {
+	a := addrOf(p)
+	var start uintptr
+	n := 0
+	for _, v := range m.bufs {
+		if s := addrOf(v); s <= a && a < s+uintptr(len(v)) {
+			start, n = s, len(v)
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	gap := uintptr(2 * n)
+	for _, v := range m.bufs {
+		if s := addrOf(v); s > start && s-start < gap {
+			gap = s - start
+		}
+	}
+	if gap == uintptr(2*n) {
+		return n
+	}
+	return int(gap)
+}
+
+// held is what received frames keep while their caller holds them, per
+// frame: Go heap (a copybreak copy) and DMA memory (a ring buffer handed
+// up), and the DMA memory the driver allocated meanwhile to replace the
+// ring buffers they took.
+type held struct{ heap, dma, dmaAlloc float64 }
+
+// holdRx receives n copies of f on r's new NIC, holds them all, measures
+// what they keep and releases them. A frame's heap is the capacity of the
+// buffer its Data lies in when that is no DMA allocation (mem's log): the
+// pooled copy the driver made for it.
+func holdRx(tb testing.TB, r *fectest.Rig, mem *allocLog, f []byte, n int) held {
+	for k := 0; k < n; k++ {
+		r.Model.Deliver(f, fectest.RxOK)
+	}
+	ps := make([]*fec.Packet, 0, n)
+	dmaBefore := mem.bytes
+	for k := 0; k < n; k++ {
+		p, err := r.NIC.Receive()
+		if err != nil || p == nil {
+			tb.Fatalf("frame %d: %v", k, err)
+		}
+		ps = append(ps, p)
+	}
+	h := held{dmaAlloc: float64(mem.bytes-dmaBefore) / float64(n)}
+	for _, p := range ps {
+		if d := mem.footprint(p.Data); d > 0 {
+			h.dma += float64(d) / float64(n)
+		} else {
+			h.heap += float64(cap(p.Data)) / float64(n)
+		}
+		if err := p.Release(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return h
 }
 
 // BenchmarkTxGSO measures software TSO of a 64 KiB TCP packet (a 54-byte
