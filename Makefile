@@ -4,7 +4,7 @@ PKGS      := ./...
 COVERPKG  := ./dma/...,./bounce/...,./fec/...,./internal/...,./tso/...,./netstack/...,./pcie/...,./e1000e/...,./connectx/...,./tee/...
 FUZZTIME  ?= 30s
 
-.PHONY: test baseline-test fmt lines vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache bench-pps bench-targets firmware qemu cosim soak campaign clean cost-gvisor
+.PHONY: test baseline-test fmt lines vet unit race race-cover cover cross fuzz bench bench-host bench-qemu bench-cache bench-pps bench-tee bench-targets firmware qemu cosim soak campaign clean cost-gvisor
 
 BOARD     ?= mx6ullevk
 ,         := ,
@@ -159,8 +159,10 @@ fuzz:
 	done
 
 ## bench: the figures in README.md and docs/figures.md: host benchmarks summarised with benchstat, then the QEMU comparison
-## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile; on the mx6ullevk request/response,
-## TCP_RR and UDP_RR with the baseline and a copybreak sweep: -rr, about 2 min), all in build/bench/report.md
+## (bounce vs sg vs TSO, copybreak on/off, a PC-sampled profile; request/response, TCP_RR and UDP_RR: -rr, on the
+## mx6ullevk with the baseline, GRO/ACK filter off and a copybreak sweep, about 2 min, on the i.MX7D its ENET1 and
+## its 82574L), the cache model and the small datagrams, all in build/bench/report.md; the TrustZone comparison
+## and issue 16's targets have their own targets (bench-tee, bench-targets)
 BENCHSIZE  ?= 33554432
 ## the transfers of issue 16's cost targets, measured on stock and patched gVisor (tamanic-cost -cfg)
 COSTCFG    ?= tx:bounce:512,tx:sg:512,tx:tso:512,rx:tso:512
@@ -201,18 +203,42 @@ bench-cache:
 	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD $(CACHEARGS) -cfg CFG -json FILE, CFG $(CACHECFG) (mcimx7d: $(CACHECFG_mcimx7d), then in a co-simulated boot $(CACHECFG_cx)); the baseline: -board mx6ullevk -baseline -cfg $(CACHEBASECFG)" \
 	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json $(if $(filter mx6ullevk,$(b)),build/bench/cache-$(b)-baseline.json) $(if $(filter mcimx7d,$(b)),build/bench/cache-$(b)-cx.json)); fi
 
-## bench-pps: small UDP datagrams (issue 33 item 1) on the mx6ullevk, tamanic and the baseline: packets per second
-## without loss (plain boot) and guest instructions per packet (icount) through a socket netdev to a raw-frame peer
-## (tamanic-pps; about 8 min with these flags), build/bench/pps.md, appended to the report
+## bench-pps: small UDP datagrams (issue 33 items 1 and 3) through a socket netdev to a raw-frame peer (tamanic-pps):
+## packets per second without loss (plain boot) and guest instructions per packet (icount). On the mx6ullevk
+## tamanic in every TX mode and copybreak 512/off, the baseline, then the copybreak sweep (icount only,
+## PPSCBCFG); on the i.MX7D its ENET1 and its 82574L (PPSFLAGS_mcimx7d: fewer sizes and modes). Into
+## build/bench/pps*.md, the plot pps.png, appended to the report (about 6 min for both boards)
 PPSFLAGS ?= -runs 1 -icount-runs 1 -trial 100ms -bisect 2
+PPSCBCFG ?= rx:tso:128,rx:tso:256,rx:tso:1024
+PPSFLAGS_mcimx7d ?= -sizes 18,256,1472 -cfg rx:tso:512,tx:tso:512 -e1000e-cfg rx:tso,tx:tso
+PPSBOARDS = $(filter mx6ullevk mcimx7d,$(BENCHBOARDS))
 bench-pps:
 	@mkdir -p build/bench
-	@if echo " $(BENCHBOARDS) " | grep -q " mx6ullevk "; then $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o build/bench; fi
+	@for b in $(PPSBOARDS); do \
+	  if [ $$b = mx6ullevk ]; then \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o build/bench || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -plain=false -baseline=false -cfg $(PPSCBCFG) -name pps-copybreak -o build/bench || exit 1; \
+	  else \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -board $$b $(PPSFLAGS_mcimx7d) -o build/bench || exit 1; \
+	  fi; \
+	done
+	@if [ -n "$(PPSBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-pps -plot build/bench/pps.png \
+	  $(if $(filter mx6ullevk,$(PPSBOARDS)),build/bench/pps.json build/bench/pps-copybreak.json) $(if $(filter mcimx7d,$(PPSBOARDS)),build/bench/pps-mcimx7d.json); fi
 
+## bench-tee: the TrustZone-partitioned image against the unpartitioned one, bounce, sg and tso (tamanic-bench
+## -tee-only, about 2 min), into build/bench/tee-report.md; its own target since session 14, to keep make
+## bench under 25 minutes with the i.MX7D's small-datagram and request/response rows
+bench-tee:
+	@mkdir -p build/bench
+	$(GO) run ./qemu/cmd/tamanic-bench -board mx6ullevk -tee-only -size $(BENCHSIZE) -runs 3 -o build/bench
+
+# sabrelite and usbarmory: two runs a configuration (their tables are the
+# ENET's again on another SoC; the mx6ullevk and the i.MX7D take three)
 bench-qemu:
 	@for b in $(BENCHBOARDS); do \
-	  $(GO) run ./qemu/cmd/tamanic-bench -board $$b -size $(BENCHSIZE) -runs 3 -o build/bench$$([ $$b = mx6ullevk ] || echo -$$b) \
-	    $$([ $$b = mx6ullevk ] && echo -rr) \
+	  runs=3; [ $$b = sabrelite -o $$b = usbarmory ] && runs=2; \
+	  $(GO) run ./qemu/cmd/tamanic-bench -board $$b -size $(BENCHSIZE) -runs $$runs -o build/bench$$([ $$b = mx6ullevk ] || echo -$$b) \
+	    $$([ $$b = mx6ullevk -o $$b = mcimx7d ] && echo -rr) $$([ $$b = mx6ullevk ] && echo -tee=false) \
 	    $$([ -f build/bench/host-benchstat.txt ] && echo -host build/bench/host-benchstat.txt) || exit 1; \
 	done
 	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \

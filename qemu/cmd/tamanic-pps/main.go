@@ -100,6 +100,8 @@ type options struct {
 	board         string
 	nics          []string
 	e1000eConfigs []config
+	plain         bool
+	name          string // files' base name ("": outName(board))
 }
 
 // config is one firmware setting and direction.
@@ -133,6 +135,8 @@ func main() {
 	cfg := flag.String("cfg", "", "configurations dir:mode:copybreak, comma-separated (default rx:tso:512,rx:tso:off,tx:bounce:512,tx:sg:512,tx:tso:512)")
 	flag.BoolVar(&o.baseline, "baseline", true, "also the baseline firmware (TamaGo's ENET driver)")
 	flag.BoolVar(&o.icount, "icount", true, "also the icount boots (instructions per packet)")
+	flag.BoolVar(&o.plain, "plain", true, "the plain boots (the rate searches); -plain=false measures instructions per packet only")
+	flag.StringVar(&o.name, "name", "", "base name of the JSON and table files (default pps, pps-BOARD for a board other than the mx6ullevk)")
 	e1cfg := flag.String("e1000e-cfg", "", "the 82574L's configurations dir:mode (mode sg or tso; no copybreak), comma-separated (default rx:tso,tx:tso)")
 	flag.StringVar(&o.board, "board", "mx6ullevk", "mx6ullevk or mcimx7d (its ENET1 and its 82574L, -nics; no baseline)")
 	nics := flag.String("nics", "enet,e1000e", "the mcimx7d's NICs to measure: enet, e1000e")
@@ -155,6 +159,9 @@ func main() {
 	}
 	if err == nil {
 		o.nics, err = parseBoard(&o, *nics)
+	}
+	if err == nil && !o.plain && !o.icount {
+		err = fmt.Errorf("-plain=false and -icount=false: nothing to measure")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tamanic-pps:", err)
@@ -238,7 +245,10 @@ func runAll(ctx context.Context, root, out string, o options) ([]Row, error) {
 		}
 		fws = append(fws, fw{"baseline", belf, "enet"})
 	}
-	boots := []string{"plain"}
+	var boots []string
+	if o.plain {
+		boots = append(boots, "plain")
+	}
 	if o.icount {
 		boots = append(boots, "icount")
 	}

@@ -16,7 +16,11 @@ import (
 func write(out string, rows []Row, command string, o options, took time.Duration) error {
 	var b strings.Builder
 	report(&b, rows, command, o, took)
-	return qemu.WriteTables(out, outName(o.board), rows, b.String())
+	name := o.name
+	if name == "" {
+		name = outName(o.board)
+	}
+	return qemu.WriteTables(out, name, rows, b.String())
 }
 
 // outName is the base name of the board's files.
@@ -70,9 +74,13 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n### Small datagrams on the %s: packets per second and instructions per packet (UDP, socket netdev)\n\n`%s` (%s)\n\n", o.board, command, took.Round(time.Second))
-	fmt.Fprintf(w, "%s Each cell: packets/s, the highest rate a %v trial passed at without loss (plain boot, wall time; loss from sequence numbers; median of %d searches [least–most]), then guest instructions per packet (icount boot, %d datagrams at %d/s, busy time less the /stats readings; median [least–most]). rx: host→firmware (the sink), tx: firmware→host (the source). Loss in the icount runs: sum in the last column.\n\n",
-		boardWire(o.board), o.trial, o.runs, o.icountN, o.icountRate)
+	what, cell := "packets per second and instructions per packet", fmt.Sprintf("packets/s, the highest rate a %v trial passed at without loss (plain boot, wall time; loss from sequence numbers; median of %d searches [least–most]), then ", o.trial, o.runs)
+	if !o.plain {
+		what, cell = "instructions per packet", ""
+	}
+	fmt.Fprintf(w, "\n### Small datagrams on the %s: %s (UDP, socket netdev)\n\n`%s` (%s)\n\n", o.board, what, command, took.Round(time.Second))
+	fmt.Fprintf(w, "%s Each cell: %sguest instructions per packet (icount boot, %d datagrams at %d/s, busy time less the /stats readings; median of %d runs [least–most]). rx: host→firmware (the sink), tx: firmware→host (the source). Loss in the icount runs: sum in the last column.\n\n",
+		boardWire(o.board), cell, o.icountN, o.icountRate, o.icountRuns)
 	type key struct {
 		fw, board, nic, dir, mode string
 		cb                        int
@@ -137,7 +145,10 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 				cell = fmt.Sprintf("%.0f [%.0f–%.0f]", p.med, p.lo, p.hi)
 			}
 			if i := summarise(ins); len(ins) > 0 {
-				cell += fmt.Sprintf("<br>%.1f k instr [%.1f–%.1f]", i.med/1e3, i.lo/1e3, i.hi/1e3)
+				if cell != "" {
+					cell += "<br>"
+				}
+				cell += fmt.Sprintf("%.1f k instr [%.1f–%.1f]", i.med/1e3, i.lo/1e3, i.hi/1e3)
 			}
 			fmt.Fprintf(w, " %s |", cell)
 		}
