@@ -324,7 +324,14 @@ func main() {
 	if len(rrRuns) > 0 {
 		js, _ := json.MarshalIndent(rrRuns, "", "  ")
 		os.WriteFile(filepath.Join(*out, "rr.json"), js, 0o644)
-		rrReport(&rep, rrRuns, rrCommand)
+		// rr.md: the tables alone, as -rr-only leaves them, so that make
+		// bench can gather every board's into one report.
+		var rt strings.Builder
+		rrReport(&rt, rrRuns, rrCommand)
+		if err := os.WriteFile(filepath.Join(*out, "rr.md"), []byte(rt.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "tamanic-bench: request/response tables:", err)
+		}
+		rep.WriteString(rt.String())
 	}
 	fmt.Fprintln(&rep, "\n### Guest instructions per MiB by stage (icount, medians; timed by the firmware)")
 	stageTable(&rep, all)
