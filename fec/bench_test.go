@@ -82,11 +82,12 @@ func BenchmarkTx(b *testing.B) {
 	}
 }
 
-// rxBenchFrames are BenchmarkRxCopybreak's frame lengths (without FCS):
-// tamanic-pps's UDP payloads (18, 64, 256, 512, 1024 and 1472 bytes) plus
-// their 42 bytes of Ethernet, IPv4 and UDP headers, the length the driver
-// compares with the copybreak.
-var rxBenchFrames = []int{60, 106, 298, 554, 1066, 1514}
+// rxBenchFrames are BenchmarkRxCopybreak's frame lengths without FCS, the
+// length the driver compares with the copybreak (a UDP/IPv4 datagram's is
+// its payload + 42): the shortest frame (a TCP ACK, an 18-byte datagram),
+// one just above each threshold of rxBenchCopybreaks (192, 298, 554 and
+// 1514, a full frame), and 1024, the longest a threshold of 1024 copies.
+var rxBenchFrames = []int{60, 192, 298, 554, 1024, 1514}
 
 // rxBatch is the frames of one BenchmarkRxCopybreak op: the model
 // delivers them with the timer stopped, then the driver receives and
