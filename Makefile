@@ -243,6 +243,8 @@ bench-qemu:
 	done
 	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \
 	  $(foreach b,$(BENCHBOARDS),$(b)=build/bench$(if $(filter-out mx6ullevk,$(b)),-$(b)))
+	@if [ -f build/bench/report.md ] && [ -f build/bench-mcimx7d/rr.md ] && echo " $(BENCHBOARDS) " | grep -q " mcimx7d "; then \
+	  { printf '\n## The i.MX7D: request/response on ENET1 and the 82574L (from build/bench-mcimx7d/rr.md)\n'; cat build/bench-mcimx7d/rr.md; } >> build/bench/report.md; fi
 
 ## bench-targets: issue 16's cost targets (closed, every target met): tamanic-cost on stock gVisor, then with
 ## docs/gvisor-patches/ (about 5 min), into build/bench/targets.md; its own target since session 13, to keep
