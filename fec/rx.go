@@ -381,8 +381,16 @@ func (n *NIC) Receive() (*Packet, error) {
 			} else {
 				sb = make([]byte, 64<<c)
 			}
+			// The copy keeps the SHIFT16 pad where its class has room,
+			// so the IP header stays 4-byte aligned as in the ring
+			// buffer, and source and destination agree mod 4 (memmove
+			// copies whole words then, not shifted ones).
+			at := 0
+			if plen+off <= len(sb) {
+				at = off
+			}
 			p.small = sb
-			p.Data = sb[:copy(sb, buf.Bytes()[off:off+plen])]
+			p.Data = sb[at : at+copy(sb[at:], buf.Bytes()[off:off+plen])]
 			n.mem.SyncForDevice(buf, 0, synced, dma.FromDevice)
 			r.stats.Copybreak++
 			r.stats.Copied += uint64(plen)

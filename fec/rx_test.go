@@ -274,3 +274,36 @@ func TestCopybreakThresholdIsFrameLength(t *testing.T) {
 		}
 	}
 }
+
+// A copied frame keeps the ring buffer's alignment: with SHIFT16 its IP
+// header is 4-byte aligned whether it is copied or handed up zero-copy,
+// except for a frame within the pad of its size class's top, which is
+// copied to the class's start (the class holds it, not the pad).
+func TestCopybreakKeepsIPHeaderAligned(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.Copybreak = 1024 }})
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, n := range []int{60, 62, 63, 64, 100, 126, 127, 128, 200, 500, 510, 511, 1000, 1024, 1025, 1514} {
+		f := randomFrame(rng, n, nicMAC)
+		r.Model.Deliver(f, fectest.RxOK)
+		p, err := receiveOne(t, r)
+		if err != nil || p == nil {
+			t.Fatalf("%d-byte frame: %v %v", n, p, err)
+		}
+		if !bytes.Equal(p.Data, f) {
+			t.Fatalf("%d-byte frame: data differs", n)
+		}
+		// A buffer's start is 64-aligned (size classes and DMA buffers
+		// alike); the pad is 2 bytes.
+		class := cap(p.Data) + int(addrOf(p.Data)%64)
+		fits := n > 1024 || n+2 <= class
+		if got := addrOf(p.Data[14:]) % 4; fits && got != 0 {
+			t.Errorf("%d-byte frame in a %d-byte buffer: IP header at %d mod 4", n, class, got)
+		}
+		if n <= 1024 && (class < n || class >= 2*max(n, 64)) {
+			t.Errorf("%d-byte frame: copied into a %d-byte buffer; want its size class", n, class)
+		}
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
