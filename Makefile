@@ -173,6 +173,10 @@ BENCHCOUNT ?= 6
 ALLBOARDS   := mx6ullevk mcimx7d sabrelite usbarmory
 BENCHBOARDS ?= $(if $(filter command line environment,$(origin BOARD)),$(BOARD),$(ALLBOARDS))
 bench: bench-host bench-qemu bench-cache bench-pps
+# REPORTDIR is the run's report: build/bench with the mx6ullevk, else the
+# first board's (make bench BOARD=mcimx7d appends to build/bench-mcimx7d/
+# report.md, never to an older run's build/bench/report.md)
+REPORTDIR = build/bench$(if $(filter mx6ullevk,$(BENCHBOARDS)),,-$(firstword $(BENCHBOARDS)))
 
 ## bench-cache: the silicon cost estimate with caches (issue 30): tamanic-cost -cache on the boards with a
 ## cache model: on the i.MX6ULL and i.MX6Q every TX mode and the receive path, on the i.MX6ULL also TamaGo's
@@ -188,20 +192,20 @@ CACHEBASECFG = tx:tamago:0,rx:tamago:0
 CACHERUNS  ?= 1
 CACHEARGS   = -cache -warm -size 8388608 -runs $(CACHERUNS)
 bench-cache:
-	@mkdir -p build/bench
+	@mkdir -p $(REPORTDIR)
 	@for b in $(CACHEBOARDS); do \
 	  cfg=$(CACHECFG); [ $$b = mcimx7d ] && cfg=$(CACHECFG_mcimx7d); \
-	  $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $$cfg -json build/bench/cache-$$b.json > build/bench/cache-$$b.txt || exit 1; \
+	  $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $$cfg -json $(REPORTDIR)/cache-$$b.json > $(REPORTDIR)/cache-$$b.txt || exit 1; \
 	  if [ $$b = mx6ullevk ]; then \
-	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b -baseline $(CACHEARGS) -cfg $(CACHEBASECFG) -json build/bench/cache-$$b-baseline.json > build/bench/cache-$$b-baseline.txt || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b -baseline $(CACHEARGS) -cfg $(CACHEBASECFG) -json $(REPORTDIR)/cache-$$b-baseline.json > $(REPORTDIR)/cache-$$b-baseline.txt || exit 1; \
 	  fi; \
 	  if [ $$b = mcimx7d ]; then \
-	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $(CACHECFG_cx) -json build/bench/cache-$$b-cx.json > build/bench/cache-$$b-cx.txt || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-cost -board $$b $(CACHEARGS) -cfg $(CACHECFG_cx) -json $(REPORTDIR)/cache-$$b-cx.json > $(REPORTDIR)/cache-$$b-cx.txt || exit 1; \
 	  fi; \
 	done
-	@if [ -n "$(CACHEBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-bench -cache-report build/bench/cache.md \
+	@if [ -n "$(CACHEBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-bench -cache-report $(REPORTDIR)/cache.md \
 	  -cache-command "go run ./qemu/cmd/tamanic-cost -board BOARD $(CACHEARGS) -cfg CFG -json FILE, CFG $(CACHECFG) (mcimx7d: $(CACHECFG_mcimx7d), then in a co-simulated boot $(CACHECFG_cx)); the baseline: -board mx6ullevk -baseline -cfg $(CACHEBASECFG)" \
-	  $(foreach b,$(CACHEBOARDS),build/bench/cache-$(b).json $(if $(filter mx6ullevk,$(b)),build/bench/cache-$(b)-baseline.json) $(if $(filter mcimx7d,$(b)),build/bench/cache-$(b)-cx.json)); fi
+	  $(foreach b,$(CACHEBOARDS),$(REPORTDIR)/cache-$(b).json $(if $(filter mx6ullevk,$(b)),$(REPORTDIR)/cache-$(b)-baseline.json) $(if $(filter mcimx7d,$(b)),$(REPORTDIR)/cache-$(b)-cx.json)); fi
 
 ## bench-pps: small UDP datagrams (issue 33 items 1 and 3) through a socket netdev to a raw-frame peer (tamanic-pps):
 ## packets per second without loss (plain boot) and guest instructions per packet (icount). On the mx6ullevk
@@ -213,17 +217,17 @@ PPSCBCFG ?= rx:tso:128,rx:tso:256,rx:tso:1024
 PPSFLAGS_mcimx7d ?= -sizes 18,256,1472 -cfg rx:tso:512,tx:tso:512 -e1000e-cfg rx:tso,tx:tso
 PPSBOARDS = $(filter mx6ullevk mcimx7d,$(BENCHBOARDS))
 bench-pps:
-	@mkdir -p build/bench
+	@mkdir -p $(REPORTDIR)
 	@for b in $(PPSBOARDS); do \
 	  if [ $$b = mx6ullevk ]; then \
-	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o build/bench || exit 1; \
-	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -plain=false -baseline=false -cfg $(PPSCBCFG) -name pps-copybreak -o build/bench || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -o $(REPORTDIR) || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -plain=false -baseline=false -cfg $(PPSCBCFG) -name pps-copybreak -o $(REPORTDIR) || exit 1; \
 	  else \
-	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -board $$b $(PPSFLAGS_mcimx7d) -o build/bench || exit 1; \
+	    $(GO) run ./qemu/cmd/tamanic-pps $(PPSFLAGS) -board $$b $(PPSFLAGS_mcimx7d) -o $(REPORTDIR) || exit 1; \
 	  fi; \
 	done
-	@if [ -n "$(PPSBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-pps -plot build/bench/pps.png \
-	  $(if $(filter mx6ullevk,$(PPSBOARDS)),build/bench/pps.json build/bench/pps-copybreak.json) $(if $(filter mcimx7d,$(PPSBOARDS)),build/bench/pps-mcimx7d.json); fi
+	@if [ -n "$(PPSBOARDS)" ]; then $(GO) run ./qemu/cmd/tamanic-pps -plot $(REPORTDIR)/pps.png \
+	  $(if $(filter mx6ullevk,$(PPSBOARDS)),$(REPORTDIR)/pps.json $(REPORTDIR)/pps-copybreak.json) $(if $(filter mcimx7d,$(PPSBOARDS)),$(REPORTDIR)/pps-mcimx7d.json); fi
 
 ## bench-tee: the TrustZone-partitioned image against the unpartitioned one, bounce, sg and tso (tamanic-bench
 ## -tee-only, about 2 min), into build/bench/tee-report.md; its own target since session 14, to keep make
@@ -243,7 +247,7 @@ bench-qemu:
 	done
 	$(GO) run ./qemu/cmd/tamanic-bench -compare build/bench/boards.md \
 	  $(foreach b,$(BENCHBOARDS),$(b)=build/bench$(if $(filter-out mx6ullevk,$(b)),-$(b)))
-	@if [ -f build/bench/report.md ] && [ -f build/bench-mcimx7d/rr.md ] && echo " $(BENCHBOARDS) " | grep -q " mcimx7d "; then \
+	@if [ $(REPORTDIR) = build/bench ] && [ -f build/bench-mcimx7d/rr.md ] && echo " $(BENCHBOARDS) " | grep -q " mcimx7d "; then \
 	  { printf '\n## The i.MX7D: request/response on ENET1 and the 82574L (from build/bench-mcimx7d/rr.md)\n'; cat build/bench-mcimx7d/rr.md; } >> build/bench/report.md; fi
 
 ## bench-targets: issue 16's cost targets (closed, every target met): tamanic-cost on stock gVisor, then with

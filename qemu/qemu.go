@@ -281,6 +281,9 @@ func freeTCPAndUDPPort() (int, error) {
 
 // Boot starts QEMU and waits for the firmware's READY line.
 func Boot(ctx context.Context, o Options) (*Machine, error) {
+	if o.E1000ENetdev != "" && !o.E1000E {
+		return nil, errors.New("qemu: Options.E1000ENetdev without E1000E: no e1000e to put on it")
+	}
 	ps, err := freePorts(9)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: free ports: %w", err)

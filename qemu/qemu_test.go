@@ -524,3 +524,11 @@ func e1000eEndToEnd(t *testing.T, n int64, irq string, xflags ...string) {
 		t.Fatalf("guest panicked:\n%s", m.Console())
 	}
 }
+
+// TestE1000ENetdevNeedsE1000E: a netdev for the e1000e without the
+// e1000e is refused before anything starts (it was silently dropped).
+func TestE1000ENetdevNeedsE1000E(t *testing.T) {
+	if _, err := Boot(context.Background(), Options{Board: "mcimx7d", E1000ENetdev: "socket,udp=127.0.0.1:1,localaddr=127.0.0.1:2"}); err == nil || !strings.Contains(err.Error(), "E1000ENetdev without E1000E") {
+		t.Fatalf("Boot: %v", err)
+	}
+}

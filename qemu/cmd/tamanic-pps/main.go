@@ -1,28 +1,35 @@
 // Command tamanic-pps measures small-datagram packets per second (issue 33
 // item 1): UDP datagrams of 18 to 1472 payload bytes to the firmware
-// (receive: its sink) and from it (send: its source), on the mx6ullevk
-// under QEMU, through a socket netdev to a host-side peer in this
-// process (wire.go), not QEMU's user network, which drops UDP long
-// before the guest is the limit. Per row:
+// (receive: its sink) and from it (send: its source), on the mx6ullevk or
+// the i.MX7D (-board mcimx7d: its ENET1 and its 82574L, -nics) under
+// QEMU, through a socket netdev to a host-side peer in this process
+// (wire.go), not QEMU's user network, which drops UDP long before the
+// guest is the limit. Per row:
 //
 //   - packets per second: the highest rate at which a trial of
 //     -trial's length lost nothing, by a search (doubling, then
 //     bisection) on a plain boot (wall time); loss is counted from the
 //     datagrams' sequence numbers (the firmware's sink for receive, a
-//     bitmap here for send), and a send trial also fails when the
-//     firmware falls more than 5% behind the asked rate;
+//     bitmap here for send, which also checks each datagram's IPv4 and
+//     UDP checksums), and a send trial also fails when the firmware
+//     falls more than 5% behind the asked rate;
 //   - guest instructions per packet: on a boot under -icount
 //     shift=0,sleep=on (a guest nanosecond is an instruction while it
 //     runs), the guest's busy time (/stats uptime_ns less idle_ns) over
 //     a run of -icount-n datagrams at -icount-rate, less what the /stats
-//     readings themselves cost, divided by the datagrams.
+//     readings themselves cost, divided by the datagrams the guest
+//     handled.
 //
 // Both for tamanic's firmware (receive with RX copybreak 512 and off,
-// send in each TX mode) and, on the same run, the baseline firmware
-// (TamaGo's own ENET driver, module baseline/). The firmware is built
-// static at 10.0.0.1/24 (there is no DHCP server on this wire).
+// send in each TX mode; -cfg) and, on the mx6ullevk in the same run, the
+// baseline firmware (TamaGo's own ENET driver, module baseline/). The
+// firmware is built static (ENET1 at 10.0.0.1/24, the 82574L at
+// 10.0.2.1/24: there is no DHCP server on these wires). -plain=false
+// measures instructions only (the copybreak sweep of make bench), -plot
+// draws the rows of earlier runs' JSON files.
 //
 //	go run ./qemu/cmd/tamanic-pps -runs 3 -o build/bench
+//	go run ./qemu/cmd/tamanic-pps -board mcimx7d -o build/bench
 package main
 
 import (
@@ -33,6 +40,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +148,7 @@ func main() {
 	e1cfg := flag.String("e1000e-cfg", "", "the 82574L's configurations dir:mode (mode sg or tso; no copybreak), comma-separated (default rx:tso,tx:tso)")
 	flag.StringVar(&o.board, "board", "mx6ullevk", "mx6ullevk or mcimx7d (its ENET1 and its 82574L, -nics; no baseline)")
 	nics := flag.String("nics", "enet,e1000e", "the mcimx7d's NICs to measure: enet, e1000e")
-	out := flag.String("o", "build/bench", "directory for pps.md and pps.json (pps-BOARD.* for a board other than mx6ullevk)")
+	out := flag.String("o", "build/bench", "directory for the table and JSON files (pps.md, pps.json; -name)")
 	plotOut := flag.String("plot", "", "draw the rows of the pps JSON files named as arguments into this PNG (and note it in the report.md beside it); measure nothing")
 	flag.Parse()
 	if *plotOut != "" {
@@ -329,7 +337,7 @@ func boot(ctx context.Context, elf, board, nic, kind string) (*bench, error) {
 	}
 	mac, err := readyMAC(m.Ready)
 	if nic == "e1000e" {
-		mac, err = e1000eMAC(m.Console())
+		mac, err = e1000eMAC(m.Console(), l.guest)
 	}
 	if err != nil {
 		m.Stop()
@@ -364,12 +372,17 @@ func readyMAC(ready string) (net.HardwareAddr, error) {
 
 // e1000eMAC returns the mac= of the console's "E1000E ip=... mac=..."
 // line (the mcimx7d firmware prints it before READY), and an error if
-// the 82574L did not come up.
-func e1000eMAC(console string) (net.HardwareAddr, error) {
+// the 82574L did not come up, or not at the wire's address ip (a build
+// whose -X setting missed its variable would wait for DHCP instead).
+func e1000eMAC(console string, ip netip.Addr) (net.HardwareAddr, error) {
 	for _, line := range strings.Split(console, "\n") {
-		if strings.HasPrefix(line, "E1000E ip=") {
-			return readyMAC(line)
+		if !strings.HasPrefix(line, "E1000E ip=") {
+			continue
 		}
+		if want := fmt.Sprintf("E1000E ip=%s/%d ", ip, linkBits); !strings.HasPrefix(line, want) {
+			return nil, fmt.Errorf("the 82574L came up as %q, want %q...", line, want)
+		}
+		return readyMAC(line)
 	}
 	return nil, fmt.Errorf("no \"E1000E ip=\" line (82574L not up):\n%s", tail(console, 20))
 }

@@ -75,8 +75,30 @@ func fromGuest(p []byte, sport, dport uint16) []byte {
 func TestBenchPayload(t *testing.T) {
 	p := make([]byte, 64)
 	binary.BigEndian.PutUint64(p, 7)
-	if got, ok := benchPayload(fromGuest(p, app.PPSPort, benchPort)); !ok || len(got) != 64 {
-		t.Fatalf("the source's datagram: %v, %d bytes", ok, len(got))
+	if got, ok, sumOK := benchPayload(fromGuest(p, app.PPSPort, benchPort)); !ok || !sumOK || len(got) != 64 {
+		t.Fatalf("the source's datagram (no UDP checksum): %v %v, %d bytes", ok, sumOK, len(got))
+	}
+	// With its UDP checksum, then with either checksum broken (review,
+	// class 5: counted as received, a peer would have dropped it).
+	withSum := func() []byte {
+		f := fromGuest(p, app.PPSPort, benchPort)
+		ip := header.IPv4(f[header.EthernetMinimumSize:])
+		u := header.UDP(ip.Payload())
+		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), u.Length())
+		u.SetChecksum(^u.CalculateChecksum(checksum.Checksum(u.Payload(), xsum)))
+		return f
+	}
+	if _, ok, sumOK := benchPayload(withSum()); !ok || !sumOK {
+		t.Fatalf("the source's datagram with its UDP checksum: %v %v", ok, sumOK)
+	}
+	for name, f := range map[string][]byte{
+		"bad IPv4 checksum": func() []byte { f := withSum(); f[header.EthernetMinimumSize+10] ^= 1; return f }(),
+		"bad UDP checksum":  func() []byte { f := withSum(); f[frameHeader-1] ^= 1; return f }(),
+		"payload changed":   func() []byte { f := withSum(); f[len(f)-1] ^= 0x40; return f }(),
+	} {
+		if _, ok, sumOK := benchPayload(f); !ok || sumOK {
+			t.Errorf("%s: taken %v, checksums held %v; want taken, not held", name, ok, sumOK)
+		}
 	}
 	for name, f := range map[string][]byte{
 		"other source port":  fromGuest(p, app.HTTPPort, benchPort),
@@ -91,7 +113,7 @@ func TestBenchPayload(t *testing.T) {
 			return f
 		}(),
 	} {
-		if _, ok := benchPayload(f); ok {
+		if _, ok, _ := benchPayload(f); ok {
 			t.Errorf("%s: taken as the benchmark's", name)
 		}
 	}
@@ -103,7 +125,7 @@ func FuzzBenchPayload(f *testing.F) {
 	f.Add(fromGuest(make([]byte, 18), app.PPSPort, benchPort))
 	f.Add(testWire().craft(make([]byte, 2048), 64, 1, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p, ok := benchPayload(b)
+		p, ok, _ := benchPayload(b)
 		if ok && len(p) > len(b)-frameHeader {
 			t.Fatalf("payload of %d from a frame of %d", len(p), len(b))
 		}
@@ -181,8 +203,9 @@ func TestTrialVerdict(t *testing.T) {
 // sinkCounts; received+lost adds up by construction in both directions,
 // lost being count less received), and one of three tries of each
 // loses nothing (the shared host can drop a burst
-// at QEMU's socket). The mx6ullevk's ENET1 and the i.MX7D's 82574L (its
-// wire on its own subnet, its own control server), in parallel. Skipped
+// at QEMU's socket). The mx6ullevk's ENET1, the i.MX7D's ENET1 and its
+// 82574L (its wire on its own subnet, its own control server), in
+// parallel. Skipped
 // in one line without QEMU and the TamaGo toolchain.
 func TestSmokeQEMU(t *testing.T) {
 	if why := qemu.Missing(); why != "" {
@@ -191,7 +214,7 @@ func TestSmokeQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the QEMU smoke test in -short mode")
 	}
-	for _, c := range []struct{ board, nic string }{{"mx6ullevk", "enet"}, {"mcimx7d", "e1000e"}} {
+	for _, c := range []struct{ board, nic string }{{"mx6ullevk", "enet"}, {"mcimx7d", "enet"}, {"mcimx7d", "e1000e"}} {
 		t.Run(c.board+"-"+c.nic, func(t *testing.T) {
 			t.Parallel()
 			smoke(t, c.board, c.nic)
@@ -213,10 +236,16 @@ func smoke(t *testing.T, board, nic string) {
 		t.Fatal(err)
 	}
 	defer b.close()
+	var before hwCounts
+	if nic == "e1000e" {
+		before = e1000eHW(t, b)
+	}
+	tries := map[string]uint64{}
 	for _, dir := range []string{"rx", "tx"} {
 		var last trial
 		ok := false
 		for try := 0; try < 3 && !ok; try++ {
+			tries[dir]++
 			if dir == "rx" {
 				last, err = b.rxTrial(64, 500, 200, nil, nil)
 			} else {
@@ -239,24 +268,13 @@ func smoke(t *testing.T, board, nic string) {
 		t.Fatalf("%d benchmark datagrams arrived outside a session", n)
 	}
 	if nic == "e1000e" {
-		// The trials went through the 82574L: its driver counted them
-		// (the ENET's endpoint is on another subnet and wire).
-		body, err := b.do(http.MethodGet, "/stats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st struct {
-			NIC struct {
-				Driver struct {
-					Tx, Rx struct{ Frames uint64 }
-				} `json:"driver"`
-			} `json:"nic"`
-		}
-		if err := json.Unmarshal(body, &st); err != nil {
-			t.Fatal(err)
-		}
-		if d := st.NIC.Driver; d.Rx.Frames < 200 || d.Tx.Frames < 200 {
-			t.Fatalf("the 82574L's driver counted %d frames in and %d out, want at least 200 each (the trials' datagrams)", d.Rx.Frames, d.Tx.Frames)
+		// The trials went through the 82574L: QEMU's model counted them
+		// in its statistics registers (GPRC, GPTC), as the driver reads
+		// them into /stats nic.hw; between before and now, at least the
+		// trials' datagrams each way (the control traffic adds some).
+		after := e1000eHW(t, b)
+		if rx, tx := after.GoodRx-before.GoodRx, after.GoodTx-before.GoodTx; rx < 200*tries["rx"] || tx < 200*tries["tx"] {
+			t.Fatalf("the 82574L's statistics counted %d good frames in and %d out over the trials, want at least %d and %d (200 datagrams a trial)", rx, tx, 200*tries["rx"], 200*tries["tx"])
 		}
 	}
 }
@@ -368,5 +386,47 @@ func TestPlotFiles(t *testing.T) {
 	os.WriteFile(in, []byte("[]"), 0o644)
 	if err := plotFiles(png, []string{in}); err == nil {
 		t.Fatal("an empty file plotted")
+	}
+}
+
+// hwCounts are the 82574L's good frames received and sent, from its
+// statistics registers (/stats nic.hw on its own server).
+type hwCounts struct{ GoodRx, GoodTx uint64 }
+
+func e1000eHW(t *testing.T, b *bench) hwCounts {
+	t.Helper()
+	body, err := b.do(http.MethodGet, "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		NIC struct {
+			HW *hwCounts `json:"hw"`
+		} `json:"nic"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.NIC.HW == nil {
+		t.Fatalf("/stats on the 82574L's address has no nic.hw: not its server?\n%.300s", body)
+	}
+	return *st.NIC.HW
+}
+
+// TestReportNoRatePassed: a search in which no rate passed is reported
+// as below the lowest rate that failed, not as 0 datagrams/s; an
+// icount-only table has no rate in its cells.
+func TestReportNoRatePassed(t *testing.T) {
+	rows := []Row{{Firmware: "tamanic", Board: "mx6ullevk", NIC: "enet", Boot: "plain", Dir: "tx", Mode: "sg", Copybreak: 512, Size: 64, FailPPS: 1000}}
+	var b strings.Builder
+	report(&b, rows, "cmd", options{board: "mx6ullevk", runs: 1, plain: true}, time.Second)
+	if !strings.Contains(b.String(), "| < 1000 (none passed) |") {
+		t.Errorf("report:\n%s", b.String())
+	}
+	rows = []Row{{Firmware: "tamanic", Board: "mx6ullevk", NIC: "enet", Boot: "icount", Dir: "rx", Mode: "tso", Copybreak: 128, Size: 64, InstrPerPkt: 58000}}
+	b.Reset()
+	report(&b, rows, "cmd", options{board: "mx6ullevk", icountRuns: 1}, time.Second)
+	if out := b.String(); !strings.Contains(out, "| 58.0 k instr [58.0–58.0] |") || strings.Contains(out, "<br>") || strings.Contains(out, "packets/s, the highest") {
+		t.Errorf("icount-only report:\n%s", out)
 	}
 }

@@ -129,20 +129,28 @@ func report(w io.Writer, rows []Row, command string, o options, took time.Durati
 		var lost int64
 		for _, s := range szs {
 			var pps, ins []float64
+			lowestFail := 0.0
 			for _, r := range rows {
 				if (key{r.Firmware, r.Board, r.NIC, r.Dir, r.Mode, r.Copybreak}) != k || r.Size != s {
 					continue
 				}
 				if r.Boot == "plain" {
 					pps = append(pps, r.PPS)
+					if r.FailPPS > 0 && (lowestFail == 0 || r.FailPPS < lowestFail) {
+						lowestFail = r.FailPPS
+					}
 				} else {
 					ins = append(ins, r.InstrPerPkt)
 					lost += r.Lost
 				}
 			}
 			cell := ""
-			if p := summarise(pps); len(pps) > 0 {
+			if p := summarise(pps); len(pps) > 0 && p.med > 0 {
 				cell = fmt.Sprintf("%.0f [%.0f–%.0f]", p.med, p.lo, p.hi)
+			} else if len(pps) > 0 {
+				// No rate passed in half the searches or more: below the
+				// lowest that failed, not a measured 0.
+				cell = fmt.Sprintf("< %.0f (none passed)", lowestFail)
 			}
 			if i := summarise(ins); len(ins) > 0 {
 				if cell != "" {

@@ -147,6 +147,10 @@ func (b *bench) txTrial(size, rate, n int, delay time.Duration, mid, after func(
 	}
 	got, _ := c.counts()
 	t := trial{n: n, received: got, lost: int64(n) - got}
+	if bad := c.badSum.Load(); bad != 0 {
+		// Not a rate's failure: the firmware sent what a peer drops.
+		return t, fmt.Errorf("%d of the source's datagrams arrived with a bad IPv4 or UDP checksum", bad)
+	}
 	st, err := b.ppsStats()
 	if err != nil {
 		return t, err
@@ -311,7 +315,16 @@ func (b *bench) icountRun(r Row, o options) (Row, error) {
 	}
 	r.Lost = t.lost
 	r.BgNs = int64(b.bgPerNs * float64(u1-u0))
-	r.InstrPerPkt = float64(s1-s0-r.StatsBusyNs-r.BgNs) / float64(r.N)
+	// Over the datagrams the guest handled: those the sink counted, or
+	// the source sent (one lost before the guest cost it nothing).
+	handled := t.st.Received
+	if r.Dir == "tx" {
+		handled = t.st.Sent
+	}
+	if handled <= 0 {
+		return r, fmt.Errorf("icount run: the guest handled no datagram (%+v)", t.st)
+	}
+	r.InstrPerPkt = float64(s1-s0-r.StatsBusyNs-r.BgNs) / float64(handled)
 	fmt.Printf("icount %s %s %-6s cb=%-4s %4d B: %.0f instructions/packet (%d at %d/s, lost %d; taken off: a /stats reading %d, background %d)\n",
 		r.Firmware, r.Dir, r.Mode, cbName(r.Copybreak), r.Size, r.InstrPerPkt, r.N, r.Rate, r.Lost, r.StatsBusyNs, r.BgNs)
 	return r, nil

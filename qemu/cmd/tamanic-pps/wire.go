@@ -107,7 +107,12 @@ func newWire(l link) (*Wire, error) {
 		return nil, fmt.Errorf("wire: %w", err)
 	}
 	qa := q.LocalAddr().(*net.UDPAddr)
-	q.Close() // QEMU binds it (a race with another process is reported by QEMU)
+	// QEMU binds it. Between this Close and QEMU's bind another socket
+	// may take the port, and QEMU's net_socket_udp_init sets
+	// SO_REUSEADDR, so the clash is not reported: the wire would then
+	// see no frames or another guest's (different MAC, session ids),
+	// and the trials fail rather than count them.
+	q.Close()
 	w := &Wire{link: l, conn: c, qemu: qa, ch: channel.New(1024, 1500, peerMAC)}
 	w.Stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
@@ -180,11 +185,14 @@ func (w *Wire) receive() {
 			continue
 		}
 		f := buf[:n]
-		if payload, ok := benchPayload(f); ok {
-			if c := w.rx.Load(); c != nil {
-				c.add(payload)
-			} else {
+		if payload, ok, sumOK := benchPayload(f); ok {
+			switch c := w.rx.Load(); {
+			case c == nil:
 				w.stray.Add(1)
+			case !sumOK:
+				c.badSum.Add(1)
+			default:
+				c.add(payload)
 			}
 			continue
 		}
@@ -196,22 +204,29 @@ func (w *Wire) receive() {
 
 // benchPayload returns the UDP payload of f if f is an IPv4 UDP datagram
 // from the guest's app.PPSPort to our benchPort (unfragmented, its
-// lengths consistent with f's), else false. The headers' checksums are
-// not checked: the socket between QEMU and us carries frames whole.
-func benchPayload(f []byte) ([]byte, bool) {
+// lengths consistent with f's), else false; sumOK says whether its IPv4
+// header checksum and its UDP checksum (when not zero, "none" in IPv4)
+// hold, as a real peer would check them: the socket between QEMU and us
+// carries frames whole, but the checksums were written by the guest's
+// stack or its NIC's offload, which is what is measured.
+func benchPayload(f []byte) (payload []byte, ok, sumOK bool) {
 	if len(f) < frameHeader || header.Ethernet(f).Type() != header.IPv4ProtocolNumber {
-		return nil, false
+		return nil, false, false
 	}
 	ip := header.IPv4(f[header.EthernetMinimumSize:])
 	if !ip.IsValid(len(ip)) || ip.Protocol() != uint8(header.UDPProtocolNumber) || ip.More() || ip.FragmentOffset() != 0 {
-		return nil, false
+		return nil, false, false
 	}
 	u := header.UDP(ip.Payload())
 	if len(u) < header.UDPMinimumSize || u.SourcePort() != app.PPSPort || u.DestinationPort() != benchPort ||
 		int(u.Length()) < header.UDPMinimumSize || int(u.Length()) > len(u) {
-		return nil, false
+		return nil, false, false
 	}
-	return u[header.UDPMinimumSize:u.Length()], true
+	u = u[:u.Length()]
+	p := u[header.UDPMinimumSize:]
+	sumOK = ip.IsChecksumValid() &&
+		(u.Checksum() == 0 || u.IsChecksumValid(ip.SourceAddress(), ip.DestinationAddress(), checksum.Checksum(p, 0)))
+	return p, true, sumOK
 }
 
 // craft writes into f (at least frameHeader+size bytes) a frame carrying
@@ -253,6 +268,9 @@ type seqCounter struct {
 	seen  []uint64
 	n     int64 // distinct, in range, of the session
 	other int64 // another id, out of range, short, or a repeat
+	// badSum counts the datagrams whose IPv4 or UDP checksum did not
+	// hold (not counted otherwise: a peer would have dropped them).
+	badSum atomic.Int64
 }
 
 // newSeqCounter returns a counter of count (at most app.PPSMaxCount)
