@@ -139,15 +139,6 @@ var (
 	rrCopybreakSizes = []int{64, 256, 1024}
 )
 
-// rrPlan is how many runs rrBoot makes.
-func rrPlan(sweep bool) int {
-	n := rrReps * 2 * len(rrSizes)
-	if sweep {
-		n += 2 * len(rrCopybreaks) * len(rrCopybreakSizes)
-	}
-	return n
-}
-
 // rrBoot runs the request/response rows on one boot's interface m: TCP
 // and UDP at each of rrSizes in mode (copybreak cb), then, if sweep,
 // UDP_RR over rrCopybreaks and rrCopybreakSizes. Each row is row (its
