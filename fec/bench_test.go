@@ -62,7 +62,7 @@ func BenchmarkTx(b *testing.B) {
 					r := benchRig(b, s, fec.IMX6UL)
 					frags := layoutFrags(l.lens, l.mis, size)
 					b.ReportAllocs()
-					b.SetBytes(int64(size))
+					b.SetBytes(int64(size * rxBatch)) // an op is rxBatch frames
 					i := 0
 					for b.Loop() {
 						if err := r.NIC.Transmit(frags, fec.TxOptions{}, nil); err != nil {
@@ -85,8 +85,10 @@ func BenchmarkTx(b *testing.B) {
 // rxBenchFrames are BenchmarkRxCopybreak's frame lengths without FCS, the
 // length the driver compares with the copybreak (a UDP/IPv4 datagram's is
 // its payload + 42): the shortest frame (a TCP ACK, an 18-byte datagram),
-// one just above each threshold of rxBenchCopybreaks (192, 298, 554 and
-// 1514, a full frame), and 1024, the longest a threshold of 1024 copies.
+// one between each two thresholds of rxBenchCopybreaks (192, 298, 554:
+// the tamanic-pps datagrams of 150, 256 and 512 bytes), 1024 (the
+// longest a threshold of 1024 copies, the top of its size class) and
+// 1514, a full frame.
 var rxBenchFrames = []int{60, 192, 298, 554, 1024, 1514}
 
 // rxBatch is the frames of one BenchmarkRxCopybreak op: the model
@@ -123,7 +125,7 @@ func BenchmarkRxCopybreak(b *testing.B) {
 				f := randomFrame(rand.New(rand.NewPCG(1, 1)), size, nicMAC)
 				h := holdRx(b, r, mem, f, 64)
 				b.ReportAllocs()
-				b.SetBytes(int64(size))
+				b.SetBytes(int64(size * rxBatch)) // an op is rxBatch frames
 				for b.Loop() {
 					b.StopTimer()
 					for k := 0; k < rxBatch; k++ {

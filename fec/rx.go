@@ -373,7 +373,13 @@ func (n *NIC) Receive() (*Packet, error) {
 		}
 		p := r.freePkts[len(r.freePkts)-1]
 		if plen <= r.copybreak {
-			c := sizeClass(plen)
+			// The class holds the frame after the SHIFT16 pad, as Linux
+			// copies the pad with the frame (fec_enet_copybreak copies
+			// the descriptor's length, pad included, and skb_pull takes
+			// it off): the IP header stays 4-byte aligned as in the
+			// ring buffer, and source and destination agree mod 4
+			// (memmove copies whole words then, not shifted ones).
+			c := sizeClass(plen + off)
 			var sb []byte
 			if k := len(r.small[c]); k > 0 {
 				sb = r.small[c][k-1]
@@ -381,12 +387,8 @@ func (n *NIC) Receive() (*Packet, error) {
 			} else {
 				sb = make([]byte, 64<<c)
 			}
-			// The copy keeps the SHIFT16 pad where its class has room,
-			// so the IP header stays 4-byte aligned as in the ring
-			// buffer, and source and destination agree mod 4 (memmove
-			// copies whole words then, not shifted ones).
 			at := 0
-			if plen+off <= len(sb) {
+			if plen+off <= len(sb) { // always (plen <= MaxFrame < 2047)
 				at = off
 			}
 			p.small = sb
