@@ -230,7 +230,8 @@ bench-pps:
 	  $(if $(filter mx6ullevk,$(PPSBOARDS)),$(REPORTDIR)/pps.json $(REPORTDIR)/pps-copybreak.json) $(if $(filter mcimx7d,$(PPSBOARDS)),$(REPORTDIR)/pps-mcimx7d.json); fi
 
 ## bench-tee: the TrustZone-partitioned image against the unpartitioned one, bounce, sg and tso (tamanic-bench
-## -tee-only, about 2 min), into build/bench/tee-report.md; its own target since session 14, to keep make
+## -tee-only; not timed alone: the partitioned image's rows took 2.1 min of session 13's make bench, and this
+## measures the unpartitioned image again beside them), into build/bench/tee-report.md; its own target since session 14, to keep make
 ## bench under 25 minutes with the i.MX7D's small-datagram and request/response rows
 bench-tee:
 	@mkdir -p build/bench

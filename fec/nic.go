@@ -78,9 +78,9 @@ type Config struct {
 // to 512 bytes are copied. Chosen in docs/copybreak.md from the guest's
 // instructions per datagram across the thresholds (copying and zero-copy
 // within 0.5% of each other at every size) and the memory a held frame
-// keeps (BenchmarkRxCopybreak): up to 512 bytes a copy holds a third or
-// less of the 1,536-byte DMA buffer; above it, at most two thirds, for a
-// copy of up to 1 KiB.
+// keeps (BenchmarkRxCopybreak): up to 510 bytes a copy holds a third or
+// less of the 1,536-byte DMA buffer (511 and 512, with the SHIFT16 pad,
+// two thirds); above it, two thirds or more, for a copy of up to 1 KiB.
 const DefaultCopybreak = 512
 
 // Errors.
