@@ -36,3 +36,25 @@ func TestWriteTables(t *testing.T) {
 		}
 	}
 }
+
+// TestE1000EAddr: the 82574L's console line gives its MAC only at the
+// address asked for; another address, no line or no MAC is an error.
+func TestE1000EAddr(t *testing.T) {
+	c := "PCIE link_up=true\nE1000E ip=10.0.2.1/24 mac=52:54:00:12:34:58 link=true speed=1000 irq=intx\nREADY ip=10.0.0.1/24"
+	if mac, err := E1000EAddr(c, "10.0.2.1/24"); err != nil || mac.String() != "52:54:00:12:34:58" {
+		t.Fatalf("%v %v", mac, err)
+	}
+	for _, bad := range []struct{ console, prefix string }{
+		{c, "10.0.2.15/24"},
+		{c, "10.0.2.1/16"},
+		{"READY ip=10.0.0.1/24", "10.0.2.1/24"},
+		{"E1000E ip=10.0.2.1/24 link=true", "10.0.2.1/24"},
+	} {
+		if _, err := E1000EAddr(bad.console, bad.prefix); err == nil {
+			t.Errorf("%q at %s: no error", bad.console, bad.prefix)
+		}
+	}
+	if NICLabel("mcimx7d", "e1000e") != "i.MX7D 82574L" || NICLabel("", "") != "" || NICLabel("sabrelite", "enet") != "sabrelite enet" {
+		t.Error("NICLabel")
+	}
+}

@@ -150,7 +150,7 @@ func rrBoot(m *qemu.Ports, row RRRun, mode string, cb int, dur time.Duration, sw
 			return nil
 		}
 		if err := m.SetMode(mode, c); err != nil {
-			return fmt.Errorf("%s: POST /mode tx=%s copybreak=%d: %w", nicLabel(row.Board, row.NIC), mode, c, err)
+			return fmt.Errorf("%s: POST /mode tx=%s copybreak=%d: %w", qemu.NICLabel(row.Board, row.NIC), mode, c, err)
 		}
 		return nil
 	}
@@ -205,7 +205,7 @@ func rrBoot(m *qemu.Ports, row RRRun, mode string, cb int, dur time.Duration, sw
 // rrRun runs transactions of r.Size bytes over r.Proto for dur and fills
 // r's figures.
 func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
-	prog.note(fmt.Sprintf("%s %s %s %s_RR %d bytes, copybreak %s", r.Firmware, nicLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak)))
+	prog.note(fmt.Sprintf("%s %s %s %s_RR %d bytes, copybreak %s", r.Firmware, qemu.NICLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak)))
 	// /stats is tried again on a failure: a request right after READY,
 	// or after a burst, has once been answered with a closed connection
 	// (retry in baseline.go).
@@ -297,7 +297,7 @@ func rrRun(m *qemu.Ports, r RRRun, dur time.Duration) (RRRun, error) {
 	r.RxNs, r.TxNs = d("nic", "endpoint", "RxNs")/n, d("nic", "endpoint", "TxNs")/n
 	r.RateLimited = int64(d("limits", "echo", "rate_limited"))
 	fmt.Printf("rr %-8s %-14s %-6s %s_RR %4d B copybreak=%-4s: %7.0f trans/s, wall p50 %s p99 %s, guest busy %.0f ns/trans (p50 %d p99 %d; irq %.0f, rx %.0f, tx %.0f), %.2f irqs/trans, %.2f rx passes/trans, lost %d, rate-limited %d\n",
-		r.Firmware, nicLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
+		r.Firmware, qemu.NICLabel(r.Board, r.NIC), r.Boot, strings.ToUpper(r.Proto), r.Size, cbName(r.Copybreak), r.TPS, time.Duration(r.P50Ns), time.Duration(r.P99Ns),
 		r.BusyPerTxn, r.BusyP50Ns, r.BusyP99Ns, r.IRQNs, r.RxNs, r.TxNs, r.IRQs, r.RxPasses, r.Lost, r.RateLimited)
 	return r, nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/tamanic/tamanic/qemu"
 )
 
 // TestHistPercentiles: percentiles come from the samples added between
@@ -140,8 +142,8 @@ func TestNICLabel(t *testing.T) {
 		{"sabrelite", "enet", "sabrelite enet"},
 		{"", "", ""},
 	} {
-		if got := nicLabel(c[0], c[1]); got != c[2] {
-			t.Errorf("nicLabel(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		if got := qemu.NICLabel(c[0], c[1]); got != c[2] {
+			t.Errorf("qemu.NICLabel(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
 		}
 	}
 }

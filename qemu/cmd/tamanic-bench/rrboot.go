@@ -126,8 +126,11 @@ func rrMachine(ctx context.Context, elf, firmware, boot string) ([]RRRun, error)
 			// The 82574L's /mode ignores the copybreak and its /stats
 			// reports 0 (cxnic.HWTSOMode); its address must have come
 			// (by DHCP, from its user network's server) before READY.
-			if m.E1000E == nil || !strings.Contains(m.Console(), "E1000E ip="+qemu.E1000EGuest+"/") {
-				return all, fmt.Errorf("%s %s: the 82574L has no address %s (no \"E1000E ip=%s/\" on the console)\n%s", firmware, boot, qemu.E1000EGuest, qemu.E1000EGuest, m.Console())
+			if m.E1000E == nil {
+				return all, fmt.Errorf("%s %s: booted without the 82574L", firmware, boot)
+			}
+			if _, err := qemu.E1000EAddr(m.Console(), qemu.E1000EGuest+"/24"); err != nil {
+				return all, fmt.Errorf("%s %s: %w\n%s", firmware, boot, err, m.Console())
 			}
 			ports, cb = m.E1000E, 0
 		}
@@ -135,7 +138,7 @@ func rrMachine(ctx context.Context, elf, firmware, boot string) ([]RRRun, error)
 		rs, err := rrBoot(ports, RRRun{Firmware: firmware, Boot: boot, Board: board, NIC: nic}, mode, cb, rrTime, sweep)
 		all = append(all, rs...)
 		if err != nil {
-			return all, fmt.Errorf("%s %s %s: %w\n%s", firmware, nicLabel(board, nic), boot, err, m.Console())
+			return all, fmt.Errorf("%s %s %s: %w\n%s", firmware, qemu.NICLabel(board, nic), boot, err, m.Console())
 		}
 	}
 	return all, nil
@@ -173,24 +176,6 @@ func rrOptions(elf, board, boot string, ifs []string) qemu.Options {
 		o.Args = []string{"-icount", "shift=0,sleep=on"}
 	}
 	return o
-}
-
-// nicLabel names an interface in the report: board and NIC as the
-// hardware calls them ("i.MX7D 82574L"; ENET1 where the board's firmware
-// serves on ENET1: firmware/mx6ullevk and firmware/mcimx7d), "" for a
-// row with neither.
-func nicLabel(board, nic string) string {
-	switch board + "/" + nic {
-	case "/":
-		return ""
-	case "mx6ullevk/enet":
-		return "i.MX6ULL ENET1"
-	case "mcimx7d/enet":
-		return "i.MX7D ENET1"
-	case "mcimx7d/e1000e":
-		return "i.MX7D 82574L"
-	}
-	return strings.TrimSpace(board + " " + nic)
 }
 
 // rrProfile boots the firmware under icount (sleep=on) with QEMU's

@@ -103,7 +103,7 @@ func rrReport(w io.Writer, rs []RRRun, command string) {
 		if fw == "baseline" {
 			fw = "baseline (TamaGo's ENET driver)"
 		}
-		if l := nicLabel(r.Board, r.NIC); l != "" {
+		if l := qemu.NICLabel(r.Board, r.NIC); l != "" {
 			fw += ", " + l
 		}
 		fmt.Fprintf(w, "| %s | %s_RR | %d | %.0f | %s | %s | %.0f k | %s | %s | %.1f k | %.1f k | %.1f k | %.2f | %.2f | %s / %s | %d | %d |\n",
@@ -120,7 +120,7 @@ func rrReport(w io.Writer, rs []RRRun, command string) {
 			continue
 		}
 		name, irq := "tamanic", "ENET"
-		if l := nicLabel(x[0], x[1]); l != "" {
+		if l := qemu.NICLabel(x[0], x[1]); l != "" {
 			name += ", " + l
 		}
 		if x[1] == "e1000e" {

@@ -40,7 +40,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -337,7 +336,7 @@ func boot(ctx context.Context, elf, board, nic, kind string) (*bench, error) {
 	}
 	mac, err := readyMAC(m.Ready)
 	if nic == "e1000e" {
-		mac, err = e1000eMAC(m.Console(), l.guest)
+		mac, err = qemu.E1000EAddr(m.Console(), fmt.Sprintf("%s/%d", l.guest, linkBits))
 	}
 	if err != nil {
 		m.Stop()
@@ -368,23 +367,6 @@ func readyMAC(ready string) (net.HardwareAddr, error) {
 		}
 	}
 	return nil, fmt.Errorf("no mac= in %q", ready)
-}
-
-// e1000eMAC returns the mac= of the console's "E1000E ip=... mac=..."
-// line (the mcimx7d firmware prints it before READY), and an error if
-// the 82574L did not come up, or not at the wire's address ip (a build
-// whose -X setting missed its variable would wait for DHCP instead).
-func e1000eMAC(console string, ip netip.Addr) (net.HardwareAddr, error) {
-	for _, line := range strings.Split(console, "\n") {
-		if !strings.HasPrefix(line, "E1000E ip=") {
-			continue
-		}
-		if want := fmt.Sprintf("E1000E ip=%s/%d ", ip, linkBits); !strings.HasPrefix(line, want) {
-			return nil, fmt.Errorf("the 82574L came up as %q, want %q...", line, want)
-		}
-		return readyMAC(line)
-	}
-	return nil, fmt.Errorf("no \"E1000E ip=\" line (82574L not up):\n%s", tail(console, 20))
 }
 
 // do sends a control request with the harness's token and returns the
@@ -562,35 +544,36 @@ func parseSizes(s string) ([]int, error) {
 // dir:mode, mode sg or tso (the 82574L's driver has no bounce placement
 // and no copybreak).
 func parseE1000EConfigs(s string) ([]config, error) {
-	if s == "" {
-		return defaultE1000EConfigs, nil
-	}
-	var out []config
-	for _, f := range strings.Split(s, ",") {
-		p := strings.Split(f, ":")
-		if len(p) != 2 || (p[0] != "rx" && p[0] != "tx") || (p[1] != "sg" && p[1] != "tso") {
-			return nil, fmt.Errorf("-e1000e-cfg: %q: want rx|tx:sg|tso", f)
-		}
-		out = append(out, config{dir: p[0], mode: p[1], cb: -1})
-	}
-	return out, nil
+	return parseCfg("-e1000e-cfg", s, defaultE1000EConfigs, false)
 }
 
-// parseConfigs parses -cfg (empty: defaultConfigs).
+// parseConfigs parses -cfg (empty: defaultConfigs): dir:mode:copybreak,
+// copybreak a byte count or off.
 func parseConfigs(s string) ([]config, error) {
+	return parseCfg("-cfg", s, defaultConfigs, true)
+}
+
+// parseCfg parses flag's comma-separated configurations s (empty: def):
+// dir:mode, and with enet (the ENET's: bounce placement and copybreak)
+// :copybreak too; without, the copybreak is -1 (none).
+func parseCfg(flag, s string, def []config, enet bool) ([]config, error) {
 	if s == "" {
-		return defaultConfigs, nil
+		return def, nil
+	}
+	want, fields := "rx|tx:sg|tso", 2
+	if enet {
+		want, fields = "rx|tx:bounce|sg|tso:copybreak|off", 3
 	}
 	var out []config
 	for _, f := range strings.Split(s, ",") {
 		p := strings.Split(f, ":")
-		if len(p) != 3 || (p[0] != "rx" && p[0] != "tx") || (p[1] != "bounce" && p[1] != "sg" && p[1] != "tso") {
-			return nil, fmt.Errorf("-cfg: %q: want rx|tx:bounce|sg|tso:copybreak|off", f)
+		if len(p) != fields || (p[0] != "rx" && p[0] != "tx") || (p[1] != "sg" && p[1] != "tso" && (!enet || p[1] != "bounce")) {
+			return nil, fmt.Errorf("%s: %q: want %s", flag, f, want)
 		}
 		c := config{dir: p[0], mode: p[1], cb: -1}
-		if p[2] != "off" {
+		if enet && p[2] != "off" {
 			if _, err := fmt.Sscanf(p[2], "%d", &c.cb); err != nil || c.cb < 0 {
-				return nil, fmt.Errorf("-cfg: %q: copybreak %q", f, p[2])
+				return nil, fmt.Errorf("%s: %q: copybreak %q", flag, f, p[2])
 			}
 		}
 		out = append(out, c)

@@ -31,15 +31,13 @@ func outName(board string) string {
 	return "pps-" + board
 }
 
-// nicName labels a row's board and NIC.
+// nicName labels a row's board and NIC: qemu.NICLabel, the 82574L with
+// its bus.
 func nicName(board, nic string) string {
-	switch {
-	case board == "mcimx7d" && nic == "e1000e":
-		return "i.MX7D 82574L (e1000e, PCIe)"
-	case board == "mcimx7d":
-		return "i.MX7D ENET1"
+	if nic == "e1000e" {
+		return qemu.NICLabel(board, nic) + " (e1000e, PCIe)"
 	}
-	return board + " ENET1"
+	return qemu.NICLabel(board, nic)
 }
 
 // boardWire says how the board's NICs were wired.
