@@ -308,3 +308,37 @@ func TestCopybreakKeepsIPHeaderAligned(t *testing.T) {
 		}
 	}
 }
+
+// TestCopybreakLongestFrames tries to break the copy at its far end: the
+// highest copybreak SetCopybreak takes (2048) with the longest frame the
+// SoC accepts (Caps.MaxFrame, its SHIFT16 pad making it the largest a
+// size class must hold), and lengths around the top class's start. Every
+// frame arrives whole, aligned, in a buffer that holds it and its pad.
+func TestCopybreakLongestFrames(t *testing.T) {
+	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.MaxFrame = c.Caps.MaxFrame }})
+	r.NIC.SetCopybreak(4096)
+	if got := r.NIC.Copybreak(); got != 2048 {
+		t.Fatalf("SetCopybreak(4096): %d, want the largest class, 2048", got)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{1022, 1023, 1024, 1025, 1514, 1518, r.NIC.MaxFrame() - 1, r.NIC.MaxFrame()} {
+		f := randomFrame(rng, n, nicMAC)
+		r.Model.Deliver(f, fectest.RxOK)
+		p, err := receiveOne(t, r)
+		if err != nil || p == nil {
+			t.Fatalf("%d-byte frame: %v %v", n, p, err)
+		}
+		if !bytes.Equal(p.Data, f) {
+			t.Fatalf("%d-byte frame: data differs", n)
+		}
+		if got := addrOf(p.Data[14:]) % 4; got != 0 {
+			t.Errorf("%d-byte frame: IP header at %d mod 4", n, got)
+		}
+		if class := cap(p.Data) + int(addrOf(p.Data)%64); class < n+2 {
+			t.Errorf("%d-byte frame in a %d-byte buffer", n, class)
+		}
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
