@@ -276,35 +276,16 @@ func TestCopybreakThresholdIsFrameLength(t *testing.T) {
 }
 
 // A copied frame keeps the ring buffer's alignment: with SHIFT16 its IP
-// header is 4-byte aligned whether it is copied or handed up zero-copy,
-// except for a frame within the pad of its size class's top, which is
-// copied to the class's start (the class holds it, not the pad).
+// header is 4-byte aligned whether it is copied or handed up zero-copy, at
+// every length, the tops of the size classes (63-64, 127-128, 511-512,
+// 1024) too: the class is chosen for the frame and its pad.
 func TestCopybreakKeepsIPHeaderAligned(t *testing.T) {
 	r := fectest.NewRig(t, fectest.RigOptions{Config: func(c *fec.Config) { c.Copybreak = 1024 }})
 	rng := rand.New(rand.NewPCG(5, 5))
 	for _, n := range []int{60, 62, 63, 64, 100, 126, 127, 128, 200, 500, 510, 511, 1000, 1024, 1025, 1514} {
-		f := randomFrame(rng, n, nicMAC)
-		r.Model.Deliver(f, fectest.RxOK)
-		p, err := receiveOne(t, r)
-		if err != nil || p == nil {
-			t.Fatalf("%d-byte frame: %v %v", n, p, err)
-		}
-		if !bytes.Equal(p.Data, f) {
-			t.Fatalf("%d-byte frame: data differs", n)
-		}
-		// A buffer's start is 64-aligned (size classes and DMA buffers
-		// alike); the pad is 2 bytes.
-		// Every length, the class tops (63-64, 127-128, 511-512, 1024)
-		// too: the class is chosen for the frame and its pad.
-		class := cap(p.Data) + int(addrOf(p.Data)%64)
-		if got := addrOf(p.Data[14:]) % 4; got != 0 {
-			t.Errorf("%d-byte frame in a %d-byte buffer: IP header at %d mod 4", n, class, got)
-		}
-		if n <= 1024 && (class < n+2 || class >= 2*max(n+2, 64)) {
+		class := receiveAligned(t, r, randomFrame(rng, n, nicMAC))
+		if n <= 1024 && class >= 2*max(n+2, 64) {
 			t.Errorf("%d-byte frame: copied into a %d-byte buffer; want the size class of the frame and its pad", n, class)
-		}
-		if err := p.Release(); err != nil {
-			t.Fatal(err)
 		}
 	}
 }
@@ -322,23 +303,34 @@ func TestCopybreakLongestFrames(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, n := range []int{1022, 1023, 1024, 1025, 1514, 1518, r.NIC.MaxFrame() - 1, r.NIC.MaxFrame()} {
-		f := randomFrame(rng, n, nicMAC)
-		r.Model.Deliver(f, fectest.RxOK)
-		p, err := receiveOne(t, r)
-		if err != nil || p == nil {
-			t.Fatalf("%d-byte frame: %v %v", n, p, err)
-		}
-		if !bytes.Equal(p.Data, f) {
-			t.Fatalf("%d-byte frame: data differs", n)
-		}
-		if got := addrOf(p.Data[14:]) % 4; got != 0 {
-			t.Errorf("%d-byte frame: IP header at %d mod 4", n, got)
-		}
-		if class := cap(p.Data) + int(addrOf(p.Data)%64); class < n+2 {
-			t.Errorf("%d-byte frame in a %d-byte buffer", n, class)
-		}
-		if err := p.Release(); err != nil {
-			t.Fatal(err)
-		}
+		receiveAligned(t, r, randomFrame(rng, n, nicMAC))
 	}
+}
+
+// receiveAligned delivers f to r's NIC and receives it: whole, its IP
+// header 4-byte aligned, in a buffer that holds it and the SHIFT16 pad
+// before it (a buffer's start is 64-aligned, size classes and DMA buffers
+// alike); it releases it and returns that buffer's size.
+func receiveAligned(t *testing.T, r *fectest.Rig, f []byte) int {
+	t.Helper()
+	n := len(f)
+	r.Model.Deliver(f, fectest.RxOK)
+	p, err := receiveOne(t, r)
+	if err != nil || p == nil {
+		t.Fatalf("%d-byte frame: %v %v", n, p, err)
+	}
+	if !bytes.Equal(p.Data, f) {
+		t.Fatalf("%d-byte frame: data differs", n)
+	}
+	class := cap(p.Data) + int(addrOf(p.Data)%64)
+	if got := addrOf(p.Data[14:]) % 4; got != 0 {
+		t.Errorf("%d-byte frame in a %d-byte buffer: IP header at %d mod 4", n, class, got)
+	}
+	if class < n+2 {
+		t.Errorf("%d-byte frame in a %d-byte buffer: no room for the pad", n, class)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	return class
 }
